@@ -1,0 +1,1 @@
+"""Shared substrate written once and reused by every method and claim check."""

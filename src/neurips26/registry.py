@@ -1,0 +1,256 @@
+"""The one table of all 36 NeurIPS 2026 methods.
+
+Each :class:`MethodInfo` says where a method lives and what it is compared against. Status is
+derived, never typed in: a method is ``implemented`` only when its module imports, exposes every
+listed component, and ``neurips26.claims.<slug>`` defines a valid ``CLAIM``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import importlib.util
+from dataclasses import dataclass
+from functools import lru_cache
+
+SEED_A = "000_f8b4140a0e3b5d84.txt"
+SEED_B = "004_01f475bc147a144d.txt"
+
+
+@dataclass(frozen=True)
+class MethodInfo:
+    """One row of the registry.
+
+    ``paragraph`` counts blank-line-separated paragraphs of the seed file from 1 (the file's heading
+    is paragraph 1). ``components`` are public names of ``module``; ``baselines`` are the arms the
+    claim check compares against; ``extras`` are the pip extras the method needs.
+    """
+
+    slug: str
+    name: str
+    title: str
+    seed: str
+    paragraph: int
+    seed_start: str
+    area: str
+    components: tuple[str, ...]
+    baselines: tuple[str, ...]
+    metric: str
+    extras: tuple[str, ...] = ()
+
+    @property
+    def module(self) -> str:
+        return f"neurips26.{self.area}.{self.slug}"
+
+    @property
+    def claim_module(self) -> str:
+        return f"neurips26.claims.{self.slug}"
+
+    @property
+    def spec(self) -> str:
+        return f"shared/specs/{self.slug}.md"
+
+
+M = MethodInfo
+METHODS: tuple[MethodInfo, ...] = (
+    # inference
+    M("adakvq", "AdaKVQ", "Mixed-precision KV-cache quantisation driven by Average Attention Distance",
+      SEED_B, 2, "Large Reasoning Models (LRMs) rely on", "inference",
+      ("AdaKVQConfig", "AADTracker", "allocate_bits", "AdaKVQCache"), ("KIVI (uniform bits)", "full precision"),
+      "exact-match accuracy at a matched average bit-width", ("llm",)),
+    M("adkv", "ADKV", "Adaptive delta quantisation of the KV cache with EMA-tracked metadata",
+      SEED_B, 14, "The KV cache is a major", "inference",
+      ("ADKVConfig", "ADKVQuantizer", "ADKVCache", "calibrate_adkv"), ("KIVI", "static group-wise"),
+      "metadata bytes at matched accuracy", ("llm",)),
+    M("adacal", "AdaCal", "Adaptive calibration of sparse prefill attention by task dispatch and head probes",
+      SEED_B, 3, "Large language models face substantial computational", "inference",
+      ("AdaCalConfig", "probe_metrics", "sparse_prefill_attention", "register_adacal_attention"),
+      ("dense", "A-shape", "FlexPrefill-like"), "accuracy against attention block density", ("llm",)),
+    # rl
+    M("archer", "Archer", "Entropy-aware RLVR with dual-token constraints",
+      SEED_A, 3, "Reinforcement Learning with Verifiable Rewards (RLVR)", "rl",
+      ("ArcherConfig", "archer_policy_loss", "ArcherGRPOTrainer"), ("GRPO", "DAPO", "high-entropy-only"),
+      "pass@1 on held-out verifiable tasks", ("llm",)),
+    M("aem", "AEM", "Adaptive entropy modulation of advantages for multi-turn agent RL",
+      SEED_B, 13, "Reinforcement learning (RL) has substantially improved", "rl",
+      ("AEMConfig", "aem_advantages"), ("GRPO",), "task success rate", ("llm",)),
+    M("rewardflow", "RewardFlow", "State-level rewards by propagating success over a merged state graph",
+      SEED_A, 12, "Reinforcement learning (RL) shows promise for", "rl",
+      ("Trajectory", "rewardflow_rewards"), ("GRPO outcome reward",), "task success rate", ("llm",)),
+    M("abc_align", "ABC-Align", "Preference learning from AI pseudo-labels with tuned bias correction",
+      SEED_B, 15, "Language model post-training is often bottlenecked", "rl",
+      ("ABCConfig", "soft_logistic_loss", "dpo_margin"), ("human-only DPO", "pseudo-label DPO"),
+      "preference accuracy", ("llm",)),
+    M("aiql", "AIQL", "Asymmetric implicit Q-learning for ranking variable-size candidate sets",
+      SEED_B, 16, "We apply offline reinforcement learning to", "rl",
+      ("WarehouseConsolidationEnv", "AIQL"), ("behaviour cloning", "IQL"), "throughput", ()),
+    # distill
+    M("ssd", "SSD", "Speculative self-distillation with teacher intervention at divergent positions",
+      SEED_A, 4, "Many practical deployments require language models", "distill",
+      ("SSDConfig",), ("on-policy distillation", "off-policy distillation"), "knowledge accuracy", ("llm",)),
+    M("avsd", "AVSD", "Adaptive-view self-distillation from several privileged teachers",
+      SEED_B, 6, "Self-distillation enables language models to learn", "distill",
+      ("AVSDConfig", "multiview_sampled_target"), ("single-view self-distillation",), "task accuracy", ("llm",)),
+    M("dlm_distill", "DLM-Distill", "Data-free distillation for masked diffusion language models",
+      SEED_A, 15, "Discrete diffusion language models (DLMs) offer", "distill",
+      ("mdlm_loss", "mdlm_sample"), ("off-policy distillation",), "generative perplexity", ("llm",)),
+    M("dho", "DHO", "Dual-head semi-supervised distillation from a VLM teacher",
+      SEED_A, 6, "Semi-supervised learning (SSL) has emerged as", "distill",
+      ("DualHeadClassifier",), ("single-head KD",), "top-1 accuracy", ()),
+    # editing
+    M("crosslingual_edit", "Cross-lingual edit gap", "Decomposition of the cross-lingual edit propagation gap",
+      SEED_A, 2, "Transformer-based autoregressive multilingual language models (LMs)", "editing",
+      ("EditRequest", "decompose_gap", "contrastive_align"), ("ROME", "MEMIT", "AlphaEdit"),
+      "cross-lingual edit success", ("llm",)),
+    M("amaris", "AMARIS", "Merging a domain specialist along ranked inherited subspaces",
+      SEED_B, 11, "Domain specialization of large language models", "editing",
+      ("AmarisConfig", "amaris_merge"), ("task arithmetic", "TIES", "DARE"), "target vs general trade-off", ("llm",)),
+    M("amps", "AMPS", "Instance-aware modality-preference steering for multimodal LLMs",
+      SEED_B, 10, "Multimodal Large Language Models (MLLMs) often", "editing",
+      ("functional_entropy", "modality_contributions"), ("uniform steering",), "modality-preference accuracy", ()),
+    # agents
+    M("channel_router", "Channel-coded reliability", "Six reliability operators and a cost-aware semantic router",
+      SEED_B, 17, "Agents built on large language models", "agents",
+      ("SemanticKNNRouter", "diversity_combining"), ("best single operator",), "cost at matched quality", ()),
+    M("cot_pathology", "CoT pathology", "Chain-of-thought pathologies with transition-grounded detectors",
+      SEED_A, 18, "Long chain-of-thought (CoT) reasoning in large", "agents",
+      ("Pathology", "detect_all"), ("generic controls",), "detector F1", ("llm",)),
+    M("skim", "SKIM", "Token-role-aware pruning and valid-token distillation for constrained agents",
+      SEED_A, 8, "Large Language Model (LLM) agents are", "agents",
+      ("TokenRole", "skim_saliency", "prune_model"), ("Wanda", "magnitude"), "constrained task accuracy", ("llm",)),
+    # graph
+    M("gcn_mlp", "GCN-MLP", "Augmentation-free, negative-free graph contrastive learning with GCN and MLP views",
+      SEED_A, 14, "Graph Contrastive Learning (GCL) has shown", "graph",
+      ("GCNMLP",), ("GRACE", "BGRL", "DGI"), "linear-probe accuracy", ("graph",)),
+    M("sgnnbench", "SGNNBench", "Design space, reference models and energy accounting for spiking GNNs",
+      SEED_A, 9, "Graph Neural Networks (GNNs), as representative", "graph",
+      ("IF", "LIF", "PLIF", "SpikingGCNConv", "SGNN", "energy_report"), ("GCN", "SGC"),
+      "accuracy next to energy", ("graph",)),
+    M("invgnn_wm", "InvGNN-WM", "Trigger-free GNN watermark via perceived algebraic connectivity",
+      SEED_A, 11, "Graph Neural Networks (GNNs) represent valuable", "graph",
+      ("normalized_algebraic_connectivity", "WatermarkKey", "InvGNNWatermark"), ("backdoor watermark",),
+      "bit accuracy after attacks", ("graph",)),
+    # temporal
+    M("s3former", "S3Former", "Sequence, shared pair-subgraph and online statistics for dynamic link prediction",
+      SEED_A, 10, "Continuous-time dynamic graphs model evolving systems", "temporal",
+      ("S3Former",), ("DyGFormer", "TGN"), "average precision", ("graph",)),
+    M("regate", "REGATE", "Time-causal confidence-gated fusion of policy documents into temporal GNNs",
+      SEED_A, 20, "Risk assessment and anomaly detection in", "temporal",
+      ("PolicyToken", "REGATE"), ("temporal GNN without documents",), "AUPRC under regime shift", ("graph",)),
+    # kg
+    M("corf", "CoRF", "Coupled receptive fields for batched conditional message passing on KGs",
+      SEED_A, 17, "Conditional message passing (CMP) currently represents", "kg",
+      ("CoRF",), ("per-query subgraphs",), "MRR and throughput", ("graph",)),
+    M("score", "SCORE", "Log-odds score reweighting with soft similarity constraints for KG queries",
+      SEED_A, 7, "Machine learning models for answering logical", "kg",
+      ("VariableInfo",), ("unconstrained query answering",), "MRR", ("graph",)),
+    # federated
+    M("fedrevive", "FedRevive", "Asynchronous FL reviving stale updates with server-side data-free distillation",
+      SEED_A, 13, "Federated learning (FL) enables collaborative model", "federated",
+      ("FedRevive", "ConditionalGenerator"), ("FedBuff", "FedAsync"), "simulated time to target accuracy",
+      ("federated",)),
+    M("asap", "ASAP", "Adaptive sliding-mode, aggregation-rule-agnostic model poisoning",
+      SEED_B, 7, "Federated Learning (FL) is vulnerable to", "federated",
+      ("ASAPAttack", "ASMCController"), ("LIE", "MinMax", "MinSum"), "rounds to reach and hold the target",
+      ("federated",)),
+    # distributed
+    M("adera", "AdERA", "Lossless exponent-reuse all-gather for sharded MoE training",
+      SEED_B, 4, "In training Mixture-of-Experts models, sharded data", "distributed",
+      ("AdERAConfig", "AdERAState", "adera_all_gather", "ShardedMoEWrapper", "simulate"),
+      ("raw all-gather", "zlib exponent coding", "int8 block quantisation"), "wire bytes vs raw (bitwise exact)", ()),
+    # optim
+    M("accelegrad_sharp", "AcceleGrad#", "Accelerated linear coupling of an adaptive anchor with sharp/mirror/LMO steps",
+      SEED_B, 5, "Modern neural-network optimizers occupy a three-way", "optim",
+      ("AcceleGradSharp",), ("AdamW", "AcceleGrad", "spectral (Muon/Scion-style)"), "loss at a fixed budget", ()),
+    # nn
+    M("ancre", "ANCRe", "Residual connections with learned softmax sources over earlier layers",
+      SEED_B, 9, "Scaling network depth has been a", "nn",
+      ("ANCReConnector",), ("plain residual", "uniform dense residual"), "steps to target loss", ()),
+    M("aot_pot", "AOT-POT", "Multi-stream residual operator transformer with Sinkhorn stream mixing",
+      SEED_B, 8, "Pre-training neural operators on diverse PDE", "nn",
+      ("sinkhorn_knopp", "MultiStreamResidual", "OperatorTransformer"), ("single-stream", "parameter-matched wider"),
+      "relative L2 error", ()),
+    M("anca", "aNCA", "Neural cellular automata with deformable-convolution perception",
+      SEED_B, 18, "Many modern learning approaches are still", "nn",
+      ("DeformablePerception",), ("NCA",), "solved-grid accuracy", ()),
+    # vision
+    M("radomni", "RadOmni", "Curriculum omni-pretraining of a non-contrast CT encoder",
+      SEED_A, 19, "Non-contrast CT (NCCT) is widely used", "vision",
+      ("MaskedImageModeling", "CrossPhaseTransfer"), ("single-objective pretraining",), "downstream AUROC", ()),
+    M("ahpa", "AHPA", "Timestep-routed hierarchical prior alignment for diffusion transformers",
+      SEED_B, 12, "Representation alignment has recently emerged as", "vision",
+      ("HierarchicalFeatureExtractor",), ("REPA",), "FID proxy at fixed steps", ()),
+    # robotics
+    M("spark_vla", "SPARK-VLA", "Spatial attention distillation into a LoRA visual branch with a token router",
+      SEED_A, 5, "Understanding the 3D physical world has", "robotics",
+      ("AttentionRecorder", "SpatialLoRABranch"), ("2-D only VLA",), "task success", ()),
+    M("recpo", "RecPo", "Reconfigurable procedures from local transition relations",
+      SEED_A, 16, "General-purpose behavior models increasingly internalize broad", "robotics",
+      ("ProcedureView",), ("behaviour cloning",), "task success on recomposed procedures", ()),
+)
+del M
+
+BY_SLUG: dict[str, MethodInfo] = {m.slug: m for m in METHODS}
+AREAS: tuple[str, ...] = tuple(dict.fromkeys(m.area for m in METHODS))
+
+
+def get(slug: str) -> MethodInfo:
+    """Look up a method; an unknown slug raises ``KeyError`` naming the closest slugs."""
+    if slug in BY_SLUG:
+        return BY_SLUG[slug]
+    close = difflib.get_close_matches(slug, list(BY_SLUG), n=3, cutoff=0.4)
+    hint = f"; did you mean {', '.join(close)}?" if close else f"; known slugs: {', '.join(sorted(BY_SLUG))}"
+    raise KeyError(f"unknown method slug {slug!r}{hint}")
+
+
+def _module_exists(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:
+        return False
+
+
+@lru_cache(maxsize=None)
+def load_claim(slug: str):
+    """Import ``neurips26.claims.<slug>`` and return its ``CLAIM`` (validated)."""
+    from neurips26.claims.base import Claim
+
+    info = get(slug)
+    module = importlib.import_module(info.claim_module)
+    claim = getattr(module, "CLAIM", None)
+    if not isinstance(claim, Claim):
+        raise TypeError(f"{info.claim_module} must define CLAIM as a neurips26.claims.Claim")
+    if claim.slug != slug:
+        raise ValueError(f"{info.claim_module}.CLAIM.slug is {claim.slug!r}, expected {slug!r}")
+    return claim
+
+
+@lru_cache(maxsize=None)
+def status(slug: str) -> tuple[str, str]:
+    """``("implemented" | "partial" | "planned" | "broken", detail)``, derived by importing.
+
+    planned: no module; partial: module present but no claim module; broken: something exists but
+    fails to import or lacks a listed component or a valid CLAIM; implemented: all present.
+    """
+    info = get(slug)
+    has_module, has_claim = _module_exists(info.module), _module_exists(info.claim_module)
+    if not has_module and not has_claim:
+        return "planned", "no module yet"
+    try:
+        if has_module:
+            module = importlib.import_module(info.module)
+            missing = [c for c in info.components if not hasattr(module, c)]
+            if missing:
+                return "broken", f"{info.module} lacks {', '.join(missing)}"
+        if not has_claim:
+            return "partial", "component present, no claim check registered"
+        load_claim(slug)
+    except Exception as err:  # noqa: BLE001 - status reports any failure, it never raises
+        return "broken", f"{type(err).__name__}: {err}"
+    if not has_module:
+        return "broken", f"claim exists but {info.module} is missing"
+    return "implemented", "component and claim check present"
+
+
+def implemented_slugs() -> list[str]:
+    return [m.slug for m in METHODS if status(m.slug)[0] == "implemented"]
