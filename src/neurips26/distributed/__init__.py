@@ -1,0 +1,1 @@
+"""neurips26.distributed: methods of this area, one paper per module (see neurips26.registry)."""
