@@ -177,7 +177,9 @@ class RatioAtLeast(Criterion):
         else:
             b = self._arm(metrics, self.baseline)
             if any(v == 0 for v in b):
-                raise ValueError(f"{self.metric}: baseline {self.baseline!r} has a zero value; ratio undefined")
+                raise ValueError(
+                    f"{self.metric}: baseline {self.baseline!r} has a zero value; ratio undefined"
+                )
             ratios = [x / y for x, y in zip(m, b)]
         shifted = [r - self.ratio for r in ratios]
         verdict, numbers = _three_way(shifted, 0.0, self.min_seeds, self.confidence)
@@ -185,8 +187,12 @@ class RatioAtLeast(Criterion):
         mean_ratio = _mean_std(ratios)[0]
         if verdict == NOT_REPRODUCED and math.isclose(mean_ratio, self.ratio, rel_tol=1e-12):
             verdict = REPRODUCED
-        numbers = {"n": float(len(ratios)), "mean_ratio": mean_ratio, "std_ratio": _mean_std(ratios)[1],
-                   "threshold": self.ratio}
+        numbers = {
+            "n": float(len(ratios)),
+            "mean_ratio": mean_ratio,
+            "std_ratio": _mean_std(ratios)[1],
+            "threshold": self.ratio,
+        }
         return Judgement(verdict, self.describe(method), numbers)
 
     def describe(self, method):
@@ -205,11 +211,18 @@ class AtLeast(Criterion):
 
     def judge(self, metrics, method):
         values = self._arm(metrics, self.arm or method)
-        verdict, numbers = _three_way([v - self.threshold for v in values], 0.0, self.min_seeds, self.confidence)
+        verdict, numbers = _three_way(
+            [v - self.threshold for v in values], 0.0, self.min_seeds, self.confidence
+        )
         mean = _mean_std(values)[0]
         if verdict == NOT_REPRODUCED and math.isclose(mean, self.threshold, rel_tol=1e-12):
             verdict = REPRODUCED
-        numbers = {"n": float(len(values)), "mean": mean, "std": _mean_std(values)[1], "threshold": self.threshold}
+        numbers = {
+            "n": float(len(values)),
+            "mean": mean,
+            "std": _mean_std(values)[1],
+            "threshold": self.threshold,
+        }
         return Judgement(verdict, self.describe(method), numbers)
 
     def describe(self, method):
@@ -227,11 +240,18 @@ class AtMost(Criterion):
 
     def judge(self, metrics, method):
         values = self._arm(metrics, self.arm or method)
-        verdict, numbers = _three_way([self.threshold - v for v in values], 0.0, self.min_seeds, self.confidence)
+        verdict, numbers = _three_way(
+            [self.threshold - v for v in values], 0.0, self.min_seeds, self.confidence
+        )
         mean = _mean_std(values)[0]
         if verdict == NOT_REPRODUCED and math.isclose(mean, self.threshold, rel_tol=1e-12):
             verdict = REPRODUCED
-        numbers = {"n": float(len(values)), "mean": mean, "std": _mean_std(values)[1], "threshold": self.threshold}
+        numbers = {
+            "n": float(len(values)),
+            "mean": mean,
+            "std": _mean_std(values)[1],
+            "threshold": self.threshold,
+        }
         return Judgement(verdict, self.describe(method), numbers)
 
     def describe(self, method):
@@ -286,8 +306,12 @@ class Exact(Criterion):
         values = self._arm(metrics, self.arm or method)
         ok = len(values) > 0 and all(v == self.expected for v in values)
         verdict = REPRODUCED if ok else (INCONCLUSIVE if not values else NOT_REPRODUCED)
-        numbers = {"n": float(len(values)), "min": min(values, default=math.nan), "max": max(values, default=math.nan),
-                   "expected": self.expected}
+        numbers = {
+            "n": float(len(values)),
+            "min": min(values, default=math.nan),
+            "max": max(values, default=math.nan),
+            "expected": self.expected,
+        }
         return Judgement(verdict, self.describe(method), numbers)
 
     def describe(self, method):
@@ -348,7 +372,9 @@ class SeedResult:
                 if isinstance(value, bool):
                     value = float(value)
                 if not isinstance(value, (int, float)):
-                    raise TypeError(f"metrics[{name!r}][{arm!r}] must be a number, got {type(value).__name__}")
+                    raise TypeError(
+                        f"metrics[{name!r}][{arm!r}] must be a number, got {type(value).__name__}"
+                    )
                 arms[arm] = float(value)
 
     def to_dict(self) -> dict[str, Any]:
@@ -356,7 +382,11 @@ class SeedResult:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SeedResult:
-        return cls(metrics=dict(data["metrics"]), curves=dict(data.get("curves", {})), info=dict(data.get("info", {})))
+        return cls(
+            metrics=dict(data["metrics"]),
+            curves=dict(data.get("curves", {})),
+            info=dict(data.get("info", {})),
+        )
 
 
 @dataclass(frozen=True)
@@ -447,8 +477,17 @@ def judge_claim(claim: Claim, metrics: Mapping[str, Mapping[str, Sequence[float]
     for crit in claim.criteria:
         try:
             j = crit.judge(metrics, claim.method)
-            judged.append({"text": j.rule, "data": crit.to_dict(), "verdict": j.verdict, "numbers": j.numbers})
+            judged.append(
+                {"text": j.rule, "data": crit.to_dict(), "verdict": j.verdict, "numbers": j.numbers}
+            )
         except (KeyError, ValueError) as err:
-            judged.append({"text": crit.describe(claim.method), "data": crit.to_dict(), "verdict": INCONCLUSIVE,
-                           "numbers": {}, "error": str(err)})
+            judged.append(
+                {
+                    "text": crit.describe(claim.method),
+                    "data": crit.to_dict(),
+                    "verdict": INCONCLUSIVE,
+                    "numbers": {},
+                    "error": str(err),
+                }
+            )
     return combine([j["verdict"] for j in judged]), judged

@@ -36,7 +36,18 @@ from neurips26.common.cache import atomic_write_text
 
 SCHEMA_VERSION = 1
 EXECUTORS = ("local", "ray")
-_VERSIONED = ("torch", "numpy", "scipy", "transformers", "trl", "peft", "torch_geometric", "flwr", "ray", "neurips26")
+_VERSIONED = (
+    "torch",
+    "numpy",
+    "scipy",
+    "transformers",
+    "trl",
+    "peft",
+    "torch_geometric",
+    "flwr",
+    "ray",
+    "neurips26",
+)
 
 
 def default_out() -> Path:
@@ -46,10 +57,16 @@ def default_out() -> Path:
 def _git_commit() -> dict[str, Any]:
     root = Path(__file__).resolve().parents[3]
     try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
-                                timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                               capture_output=True, text=True, timeout=10).stdout.strip()
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return {"commit": None, "dirty": None}
     return {"commit": commit or None, "dirty": bool(dirty)}
@@ -103,10 +120,8 @@ def run_seed(claim: Claim, profile: Profile, seed: int) -> tuple[SeedResult, flo
     return result, time.perf_counter() - start
 
 
-def _ray_run_seed(slug: str, profile: str, seed: int) -> tuple[dict[str, Any], float]:
-    from neurips26.registry import load_claim
-
-    result, wall = run_seed(load_claim(slug), Profile(profile), seed)
+def _ray_run_seed(claim: Claim, profile: str, seed: int) -> tuple[dict[str, Any], float]:
+    result, wall = run_seed(claim, Profile(profile), seed)
     return result.to_dict(), wall
 
 
@@ -114,10 +129,11 @@ def _paths(out: Path, slug: str, profile: Profile) -> tuple[Path, Path]:
     return out / profile.value / f"{slug}.json", out / ".partial" / profile.value / slug
 
 
-def aggregate(claim: Claim, profile: Profile, seeds: Sequence[int], per_seed: dict[int, dict],
-              walls: dict[int, float]) -> dict[str, Any]:
+def aggregate(
+    claim: Claim, profile: Profile, seeds: Sequence[int], per_seed: dict[int, dict], walls: dict[int, float]
+) -> dict[str, Any]:
     """Build the result dict (schema above) from per-seed results."""
-    from neurips26.registry import get
+    from neurips26.registry import BY_SLUG
 
     metrics: dict[str, dict[str, list[float]]] = {}
     curves: dict[str, dict[str, list[list[float]]]] = {}
@@ -129,13 +145,13 @@ def aggregate(claim: Claim, profile: Profile, seeds: Sequence[int], per_seed: di
             for arm, values in arms.items():
                 curves.setdefault(name, {}).setdefault(arm, []).append([float(v) for v in values])
     verdict, judged = judge_claim(claim, metrics)
-    info = get(claim.slug)
+    info = BY_SLUG.get(claim.slug)
     wall = sum(walls[s] for s in seeds)
     return {
         "schema": SCHEMA_VERSION,
         "slug": claim.slug,
-        "title": f"{info.name}: {info.title}",
-        "paper": {"seed": info.seed, "paragraph": info.paragraph, "starts": info.seed_start},
+        "title": f"{info.name}: {info.title}" if info else claim.slug,
+        "paper": {"seed": info.seed, "paragraph": info.paragraph, "starts": info.seed_start} if info else {},
         "claim": claim.claim,
         "profile": profile.value,
         "seeds": list(seeds),
@@ -162,7 +178,7 @@ def aggregate(claim: Claim, profile: Profile, seeds: Sequence[int], per_seed: di
 
 
 def run_claim(
-    slug: str,
+    slug: str | Claim,
     profile: str | Profile = Profile.QUICK,
     *,
     seeds: Sequence[int] | None = None,
@@ -175,8 +191,8 @@ def run_claim(
 
     Parameters
     ----------
-    slug : str
-        Registry slug; its ``neurips26.claims.<slug>.CLAIM`` is run.
+    slug : str or Claim
+        Registry slug, whose ``neurips26.claims.<slug>.CLAIM`` is run, or a ``Claim`` object.
     profile : {"smoke", "quick", "full"}
     seeds : sequence of int, optional
         Overrides the claim's seeds for the profile.
@@ -192,7 +208,8 @@ def run_claim(
     profile = Profile.parse(profile)
     if executor not in EXECUTORS:
         raise ValueError(f"executor must be one of {list(EXECUTORS)}, got {executor!r}")
-    claim = load_claim(slug)
+    claim = slug if isinstance(slug, Claim) else load_claim(slug)
+    slug = claim.slug
     seeds = tuple(claim.seeds[profile.value] if seeds is None else seeds)
     if not seeds or any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in seeds):
         raise ValueError(f"seeds must be a non-empty sequence of non-negative ints, got {seeds!r}")
@@ -224,7 +241,7 @@ def run_claim(
         if not ray.is_initialized():
             ray.init(address=os.environ.get("RAY_ADDRESS"), include_dashboard=False, log_to_driver=False)
         remote = ray.remote(_ray_run_seed)
-        refs = {seed: remote.remote(slug, profile.value, seed) for seed in todo}
+        refs = {seed: remote.remote(claim, profile.value, seed) for seed in todo}
         for seed, ref in refs.items():
             result, wall = ray.get(ref)
             _store(seed, result, wall)
@@ -253,8 +270,13 @@ def run_many(slugs: Iterable[str], profile: str | Profile, **kwargs: Any) -> lis
 
     slugs = list(slugs)
     results, errors = [], []
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TimeElapsedColumn(), transient=False) as progress:
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        transient=False,
+    ) as progress:
         task = progress.add_task("claims", total=len(slugs))
         for slug in slugs:
             progress.update(task, description=f"{slug} ({Profile.parse(profile).value})")

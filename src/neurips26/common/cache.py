@@ -49,9 +49,7 @@ def _sha256(path: Path) -> str:
 
 
 def _write_manifest(folder: Path, config: dict[str, Any]) -> None:
-    files = {
-        str(p.relative_to(folder)): _sha256(p) for p in sorted(folder.rglob("*")) if p.is_file()
-    }
+    files = {str(p.relative_to(folder)): _sha256(p) for p in sorted(folder.rglob("*")) if p.is_file()}
     (folder / MANIFEST).write_text(json.dumps({"config": config, "files": files}, default=str, indent=1))
 
 
@@ -64,7 +62,9 @@ def entry_is_valid(folder: Path) -> bool:
         files = json.loads(manifest.read_text())["files"]
     except (ValueError, KeyError):
         return False
-    return all((folder / name).is_file() and _sha256(folder / name) == digest for name, digest in files.items())
+    return all(
+        (folder / name).is_file() and _sha256(folder / name) == digest for name, digest in files.items()
+    )
 
 
 def cached_dir(

@@ -1,0 +1,198 @@
+"""The ``neurips26`` command line: ``list | show | check | report | env | readme``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def _parse_seeds(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        seeds = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise SystemExit(
+            f"error: --seeds must be comma-separated non-negative integers, got {text!r}"
+        ) from None
+    if not seeds or any(s < 0 for s in seeds):
+        raise SystemExit(f"error: --seeds must be comma-separated non-negative integers, got {text!r}")
+    return seeds
+
+
+def _resolve(slug: str) -> str:
+    from neurips26.registry import get
+
+    try:
+        return get(slug).slug
+    except KeyError as err:
+        raise SystemExit(f"error: {err.args[0]}") from None
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from neurips26.registry import AREAS, METHODS, status
+
+    if args.area and args.area not in AREAS:
+        raise SystemExit(f"error: --area must be one of {', '.join(AREAS)}, got {args.area!r}")
+    table = Table(title="neurips26 methods")
+    for col in ("slug", "method", "area", "status", "baselines"):
+        table.add_column(col)
+    counts: dict[str, int] = {}
+    for m in METHODS:
+        if args.area and m.area != args.area:
+            continue
+        state = status(m.slug)[0]
+        counts[state] = counts.get(state, 0) + 1
+        table.add_row(m.slug, m.name, m.area, state, ", ".join(m.baselines))
+    console = Console(width=160)
+    console.print(table)
+    console.print(", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from neurips26.registry import get, load_claim, status
+
+    info = get(_resolve(args.slug))
+    state, detail = status(info.slug)
+    print(f"{info.name} ({info.slug}): {info.title}")
+    print(f"  paper: seed {info.seed}, paragraph {info.paragraph} ('{info.seed_start} ...')")
+    print(f"  module: {info.module}   components: {', '.join(info.components)}")
+    print(f"  baselines: {', '.join(info.baselines)}   metric: {info.metric}")
+    print(f"  extras: {', '.join(info.extras) or '-'}   spec: {info.spec}")
+    print(f"  status: {state} ({detail})")
+    if state == "implemented":
+        claim = load_claim(info.slug)
+        print(f"  claim: {claim.claim}")
+        for text in claim.criteria_text():
+            print(f"  criterion: {text}")
+        for profile, seeds in claim.seeds.items():
+            print(f"  profile {profile}: seeds {list(seeds)}")
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from neurips26.claims.base import Profile
+    from neurips26.claims.runner import run_many
+    from neurips26.registry import implemented_slugs, status
+
+    try:
+        Profile.parse(args.profile)
+    except ValueError as err:
+        raise SystemExit(f"error: {err}") from None
+    seeds = _parse_seeds(args.seeds)
+    if args.all:
+        slugs = implemented_slugs()
+        if not slugs:
+            print("no implemented claim checks yet")
+            return 0
+    elif args.slugs:
+        slugs = [_resolve(s) for s in args.slugs]
+        for slug in slugs:
+            state, detail = status(slug)
+            if state != "implemented":
+                raise SystemExit(f"error: {slug} has no runnable claim check ({state}: {detail})")
+    else:
+        raise SystemExit("error: name one or more slugs, or pass --all")
+    results = run_many(
+        slugs, args.profile, seeds=seeds, out=args.out, force=args.force, executor=args.executor
+    )
+    for r in results:
+        flag = "  OVER BUDGET" if r["over_budget"] else ""
+        print(f"{r['slug']:<18} {r['profile']:<6} {r['verdict']:<15} {r['wall_s']:7.1f} s{flag}")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from neurips26.claims.base import Profile
+    from neurips26.claims.report import build_report
+    from neurips26.claims.runner import default_out
+
+    try:
+        profile = Profile.parse(args.profile)
+    except ValueError as err:
+        raise SystemExit(f"error: {err}") from None
+    folder = (Path(args.out) if args.out else default_out()) / profile.value
+    md, html_path = build_report(folder)
+    print(f"wrote {md} and {html_path}")
+    return 0
+
+
+def cmd_env(args: argparse.Namespace) -> int:
+    from neurips26.claims.runner import capture_env
+
+    print(json.dumps(capture_env(), indent=1))
+    return 0
+
+
+def cmd_readme(args: argparse.Namespace) -> int:
+    from neurips26.readme import render
+
+    path = Path(args.path)
+    if not path.is_file():
+        raise SystemExit(f"error: README not found at {path}")
+    text = path.read_text()
+    new = render(text, Path(args.results))
+    if args.check:
+        if new != text:
+            print("README method table is out of date; run `neurips26 readme`")
+            return 1
+        print("README method table is up to date")
+        return 0
+    path.write_text(new)
+    print(f"updated {path}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="neurips26",
+        description="NeurIPS 2026 methods as tested components, each proven by a claim check.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{list,show,check,report,env,readme}")
+    p = sub.add_parser("list", help="all 36 methods and their derived status")
+    p.add_argument("--area", help="only methods of this area (e.g. rl, graph)")
+    p.set_defaults(func=cmd_list)
+    p = sub.add_parser("show", help="one method in detail")
+    p.add_argument("slug")
+    p.set_defaults(func=cmd_show)
+    p = sub.add_parser("check", help="run claim checks and write results/<profile>/<slug>.json")
+    p.add_argument("slugs", nargs="*", help="method slugs (see `neurips26 list`)")
+    p.add_argument("--all", action="store_true", help="every implemented claim check")
+    p.add_argument("--profile", default="quick", help="smoke | quick (default, <= 60 s) | full (<= 10 min)")
+    p.add_argument("--seeds", help="comma-separated seeds overriding the claim's (e.g. 0,1,2)")
+    p.add_argument("--out", type=Path, default=None, help="results folder (default: results/)")
+    p.add_argument("--force", action="store_true", help="rerun even if a result or partial seeds exist")
+    p.add_argument(
+        "--executor",
+        default="local",
+        choices=["local", "ray"],
+        help="local (default) or ray: one Ray task per (claim, seed); honours RAY_ADDRESS",
+    )
+    p.set_defaults(func=cmd_check)
+    p = sub.add_parser("report", help="write report.md and report.html from result JSON files")
+    p.add_argument("--profile", default="quick", help="which results/<profile>/ to report (default quick)")
+    p.add_argument("--out", default=None, help="results folder (default: results/)")
+    p.set_defaults(func=cmd_report)
+    p = sub.add_parser("env", help="print the environment captured into every result")
+    p.set_defaults(func=cmd_env)
+    p = sub.add_parser("readme", help="regenerate the README method table from the registry and results/full")
+    p.add_argument("--path", default="README.md")
+    p.add_argument("--results", default="results/full")
+    p.add_argument("--check", action="store_true", help="exit 1 if the table is out of date")
+    p.set_defaults(func=cmd_readme)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,130 @@
+"""Runner: idempotence, resume after an interruption, atomic JSON, determinism, executors."""
+
+import json
+import random
+
+import pytest
+
+from neurips26.claims.base import Better, Claim, SeedResult
+from neurips26.claims.runner import SCHEMA_VERSION, capture_env, run_claim
+
+CALLS: list[int] = []
+
+
+def _toy_run(config, seed):
+    """Deterministic given the seed (the runner seeds python's random)."""
+    CALLS.append(seed)
+    if config.get("fail_on") == seed:
+        raise KeyboardInterrupt("simulated kill")
+    noise = random.random() * 0.01
+    return SeedResult(
+        metrics={"acc": {"method": 0.9 + noise, "baseline": 0.5 + noise}},
+        curves={"loss": {"method": [1.0, 0.5, 0.2], "baseline": [1.0, 0.8, 0.7]}},
+        info={"seed_seen": seed},
+    )
+
+
+def make_claim(**smoke):
+    return Claim(
+        slug="toy",
+        claim="method beats baseline",
+        method="method",
+        baselines=("baseline",),
+        criteria=(Better("acc", baseline="baseline", margin=0.1),),
+        run=_toy_run,
+        configs={"smoke": dict(smoke), "quick": {}, "full": {}},
+        seeds={"smoke": (0, 1, 2), "quick": (0,), "full": (0,)},
+        glossary={"acc": "fraction correct"},
+    )
+
+
+def test_result_schema_and_verdict(tmp_path):
+    data = run_claim(make_claim(), "smoke", out=tmp_path)
+    assert data["schema"] == SCHEMA_VERSION
+    assert data["verdict"] == "reproduced"
+    assert data["metrics"]["acc"]["method"][0] > data["metrics"]["acc"]["baseline"][0]
+    assert len(data["curves"]["loss"]["method"]) == 3
+    assert [i["seed_seen"] for i in data["info"]] == [0, 1, 2]
+    for key in ("slug", "profile", "seeds", "criteria", "wall_s", "env", "config", "budget_s", "over_budget"):
+        assert key in data
+    on_disk = json.loads((tmp_path / "smoke" / "toy.json").read_text())
+    assert on_disk == data
+
+
+def test_existing_result_is_reused_unless_forced(tmp_path):
+    run_claim(make_claim(), "smoke", out=tmp_path)
+    CALLS.clear()
+    run_claim(make_claim(), "smoke", out=tmp_path)
+    assert CALLS == []
+    run_claim(make_claim(), "smoke", out=tmp_path, force=True)
+    assert CALLS == [0, 1, 2]
+
+
+def test_resume_after_interruption(tmp_path):
+    CALLS.clear()
+    with pytest.raises(KeyboardInterrupt):
+        run_claim(make_claim(fail_on=2), "smoke", out=tmp_path)
+    assert not (tmp_path / "smoke" / "toy.json").exists()
+    assert sorted(p.name for p in (tmp_path / ".partial" / "smoke" / "toy").iterdir()) == [
+        "seed-0.json",
+        "seed-1.json",
+    ]
+    CALLS.clear()
+    data = run_claim(make_claim(), "smoke", out=tmp_path)
+    assert CALLS == [2]
+    assert data["seeds"] == [0, 1, 2]
+
+
+def test_same_seed_same_numbers(tmp_path):
+    a = run_claim(make_claim(), "smoke", out=tmp_path / "a")
+    b = run_claim(make_claim(), "smoke", out=tmp_path / "b")
+    assert a["metrics"] == b["metrics"]
+
+
+def test_no_temporary_files_left_behind(tmp_path):
+    run_claim(make_claim(), "smoke", out=tmp_path)
+    leftovers = [p for p in tmp_path.rglob(".*") if p.is_file()]
+    assert leftovers == []
+
+
+def test_bad_arguments(tmp_path):
+    with pytest.raises(ValueError, match="executor"):
+        run_claim(make_claim(), "smoke", out=tmp_path, executor="spark")
+    with pytest.raises(ValueError, match="seeds"):
+        run_claim(make_claim(), "smoke", out=tmp_path, seeds=[-1])
+    with pytest.raises(ValueError, match="profile"):
+        run_claim(make_claim(), "medium", out=tmp_path)
+
+
+def test_unknown_arm_is_rejected(tmp_path):
+    def bad_run(config, seed):
+        return SeedResult(metrics={"acc": {"method": 1.0, "other": 0.0}})
+
+    claim = Claim(
+        "toy",
+        "c",
+        "method",
+        ("baseline",),
+        (Better("acc", baseline="baseline"),),
+        bad_run,
+        {"smoke": {}, "quick": {}, "full": {}},
+    )
+    with pytest.raises(ValueError, match="unknown arms"):
+        run_claim(claim, "smoke", out=tmp_path)
+
+
+def test_env_capture_has_versions_and_commit():
+    env = capture_env()
+    assert env["versions"]["torch"]
+    assert "commit" in env["git"]
+    assert env["torch_threads"] >= 1
+
+
+def test_ray_executor_matches_local(tmp_path):
+    ray = pytest.importorskip("ray")
+    local = run_claim(make_claim(), "smoke", out=tmp_path / "local")
+    try:
+        distributed = run_claim(make_claim(), "smoke", out=tmp_path / "ray", executor="ray")
+    finally:
+        ray.shutdown()
+    assert distributed["metrics"] == local["metrics"]

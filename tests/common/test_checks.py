@@ -1,0 +1,69 @@
+"""Argument checks name the argument and the accepted range."""
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from neurips26.common import checks
+from neurips26.common.optional import require
+from neurips26.common.seeding import seed_everything
+
+
+def test_check_int():
+    assert checks.check_int("n", 3, low=0) == 3
+    with pytest.raises(TypeError, match="n must be an int"):
+        checks.check_int("n", 3.0)
+    with pytest.raises(TypeError, match="n must be an int"):
+        checks.check_int("n", True)
+    with pytest.raises(ValueError, match=r"n must lie in \[0, 5\], got 7"):
+        checks.check_int("n", 7, 0, 5)
+
+
+@given(st.floats(allow_nan=False, allow_infinity=False))
+def test_check_float_accepts_in_range_and_rejects_outside(x):
+    if 0.0 <= x <= 1.0:
+        assert checks.check_probability("p", x) == x
+    else:
+        with pytest.raises(ValueError, match="p must lie in"):
+            checks.check_probability("p", x)
+
+
+def test_check_float_open_bounds_nan_and_type():
+    with pytest.raises(ValueError, match=r"lr must lie in \(0.0, inf\]"):
+        checks.check_float("lr", 0.0, low=0.0, low_open=True)
+    with pytest.raises(ValueError, match="NaN"):
+        checks.check_float("lr", float("nan"))
+    with pytest.raises(TypeError, match="real number"):
+        checks.check_float("lr", "0.1")
+
+
+def test_choice_shape_same_shape_finite():
+    assert checks.check_choice("mode", "a", ["a", "b"]) == "a"
+    with pytest.raises(ValueError, match=r"mode must be one of \['a', 'b'\]"):
+        checks.check_choice("mode", "c", ["a", "b"])
+    checks.check_shape("x", torch.zeros(2, 3), (2, None))
+    with pytest.raises(ValueError, match=r"x must have shape \(2, \*, 4\)"):
+        checks.check_shape("x", torch.zeros(2, 3), (2, None, 4))
+    with pytest.raises(TypeError, match="tensor"):
+        checks.check_shape("x", [1, 2], (2,))
+    with pytest.raises(ValueError, match="a=\\(2,\\), b=\\(3,\\)"):
+        checks.check_same_shape(a=torch.zeros(2), b=torch.zeros(3))
+    with pytest.raises(ValueError, match="NaN or inf"):
+        checks.check_finite("x", torch.tensor([1.0, float("inf")]))
+
+
+def test_seed_everything_is_deterministic():
+    g = seed_everything(5)
+    a = torch.rand(3), torch.rand(2, generator=g)
+    g = seed_everything(5)
+    b = torch.rand(3), torch.rand(2, generator=g)
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    with pytest.raises(ValueError, match="seed"):
+        seed_everything(-1)
+
+
+def test_require_names_the_extra():
+    assert require("json", "core").dumps([]) == "[]"
+    with pytest.raises(ImportError, match=r"neurips26\[graph\]"):
+        require("no_such_module_xyz", "graph")

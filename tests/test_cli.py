@@ -1,0 +1,73 @@
+"""Every CLI verb, including bad input."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from neurips26.cli import main
+
+
+def test_list_shows_all_36(capsys):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert sum(out.count(s) for s in ("planned", "implemented", "partial")) >= 36
+
+
+def test_list_area_filter_and_bad_area(capsys):
+    assert main(["list", "--area", "graph"]) == 0
+    out = capsys.readouterr().out
+    assert "gcn_mlp" in out and "archer" not in out
+    with pytest.raises(SystemExit, match="--area must be one of"):
+        main(["list", "--area", "astrology"])
+
+
+def test_show_and_unknown_slug(capsys):
+    assert main(["show", "adera"]) == 0
+    assert "AdERA" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="did you mean"):
+        main(["show", "aderaa"])
+
+
+def test_check_errors():
+    with pytest.raises(SystemExit, match="slugs"):
+        main(["check"])
+    with pytest.raises(SystemExit, match="profile"):
+        main(["check", "--all", "--profile", "huge"])
+    with pytest.raises(SystemExit, match="unknown method slug"):
+        main(["check", "nope_not_a_method"])
+    with pytest.raises(SystemExit, match="seeds"):
+        main(["check", "--all", "--seeds", "a,b"])
+
+
+def test_check_refuses_planned_method():
+    with pytest.raises(SystemExit, match="no runnable claim check"):
+        main(["check", "recpo"])
+
+
+def test_report_and_env(tmp_path, capsys):
+    (tmp_path / "quick").mkdir()
+    assert main(["report", "--profile", "quick", "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "quick" / "report.md").exists()
+    assert main(["env"]) == 0
+    assert "torch_threads" in capsys.readouterr().out
+
+
+def test_env_prints_json():
+    out = subprocess.run(
+        [sys.executable, "-m", "neurips26", "env"], capture_output=True, text=True, check=True
+    )
+    assert "versions" in json.loads(out.stdout)
+
+
+def test_module_entry_point_bad_verb_exits_nonzero():
+    proc = subprocess.run([sys.executable, "-m", "neurips26", "frobnicate"], capture_output=True, text=True)
+    assert proc.returncode != 0
+    assert "invalid choice" in proc.stderr
+
+
+def test_help_lists_verbs():
+    proc = subprocess.run([sys.executable, "-m", "neurips26", "--help"], capture_output=True, text=True)
+    for verb in ("list", "show", "check", "report", "env", "readme"):
+        assert verb in proc.stdout

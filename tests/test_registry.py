@@ -1,0 +1,93 @@
+"""Conformance matrix over every registered method."""
+
+import importlib
+import re
+from pathlib import Path
+
+import pytest
+
+from neurips26 import registry
+from neurips26.registry import METHODS, get, load_claim, status
+
+SEEDS = Path(__file__).resolve().parents[2] / "shared" / "seeds"
+SPEC_AREAS = {
+    "inference": {"adakvq", "adkv", "adacal"},
+    "rl": {"archer", "aem", "rewardflow", "abc_align", "aiql"},
+    "distill": {"ssd", "avsd", "dlm_distill", "dho"},
+    "editing": {"crosslingual_edit", "amaris", "amps"},
+    "agents": {"channel_router", "cot_pathology", "skim"},
+    "graph": {"gcn_mlp", "sgnnbench", "invgnn_wm"},
+    "temporal": {"s3former", "regate"},
+    "kg": {"corf", "score"},
+    "federated": {"fedrevive", "asap"},
+    "distributed": {"adera"},
+    "optim": {"accelegrad_sharp"},
+    "nn": {"ancre", "aot_pot", "anca"},
+    "vision": {"radomni", "ahpa"},
+    "robotics": {"spark_vla", "recpo"},
+}
+
+
+def test_36_unique_slugs_in_the_agreed_areas():
+    slugs = [m.slug for m in METHODS]
+    assert len(slugs) == 36 == len(set(slugs))
+    assert {a: {m.slug for m in METHODS if m.area == a} for a in SPEC_AREAS} == SPEC_AREAS
+
+
+def test_unknown_slug_names_closest():
+    with pytest.raises(KeyError, match="did you mean archer"):
+        get("archr")
+
+
+@pytest.mark.skipif(not SEEDS.is_dir(), reason="shared/seeds not beside the checkout")
+@pytest.mark.parametrize("info", METHODS, ids=lambda m: m.slug)
+def test_seed_paragraph_matches_abstract(info):
+    paragraphs = [p.strip() for p in re.split(r"\n\s*\n", (SEEDS / info.seed).read_text()) if p.strip()]
+    assert paragraphs[info.paragraph - 1].startswith(info.seed_start)
+
+
+@pytest.mark.parametrize("info", METHODS, ids=lambda m: m.slug)
+def test_status_is_derived_and_never_broken(info):
+    state, detail = status(info.slug)
+    assert state in {"implemented", "partial", "planned"}, detail
+
+
+@pytest.mark.parametrize(
+    "info", [m for m in METHODS if status(m.slug)[0] == "implemented"], ids=lambda m: m.slug
+)
+def test_implemented_method_conforms(info):
+    module = importlib.import_module(info.module)
+    doc = module.__doc__ or ""
+    assert info.name.split()[0].lower() in doc.lower(), f"{info.module} docstring must name its paper"
+    for name in info.components:
+        assert getattr(module, name).__doc__, f"{info.module}.{name} needs a docstring"
+    claim = load_claim(info.slug)
+    assert claim.slug == info.slug
+    assert set(claim.configs) == {"smoke", "quick", "full"}
+    assert len(claim.seeds["full"]) >= 3, "full profile needs several seeds"
+    used = {c.metric for c in claim.criteria}
+    assert used <= set(claim.glossary), (
+        f"define every criterion metric in the glossary: {used - set(claim.glossary)}"
+    )
+
+
+def test_status_reports_missing_components(monkeypatch):
+    fake = registry.MethodInfo("archer", "Archer", "t", "s", 1, "x", "rl", ("NoSuchThing",), ("b",), "m")
+    monkeypatch.setitem(registry.BY_SLUG, "archer", fake)
+    registry.status.cache_clear()
+    monkeypatch.setattr(registry, "_module_exists", lambda name: True)
+    monkeypatch.setattr(importlib, "import_module", lambda name: object())
+    try:
+        state, detail = registry.status("archer")
+    finally:
+        registry.status.cache_clear()
+    assert state == "broken" and "NoSuchThing" in detail
+
+
+def test_importing_the_package_is_light():
+    import subprocess
+    import sys
+
+    code = "import sys, neurips26, neurips26.registry; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
