@@ -1,0 +1,914 @@
+"""ADKV: adaptive delta quantisation of the KV cache with EMA-tracked, stream-embedded metadata.
+
+Paper: "ADKV" (NeurIPS 2026 submission; seed file ``004_01f475bc147a144d.txt``, paragraph beginning
+"The KV cache is a major"). Static group-wise KV quantisation stores a zero-point and a scale for every
+group, so its metadata grows with the context length. ADKV quantises each channel of the key and value
+streams like adaptive differential PCM: a per-channel prediction (zero-point) and step (scale) are
+updated from the *reconstructed* values, so the decoder regenerates them from the codes alone and only
+a constant-size initial state plus per-channel parameters are stored. The encoder/decoder is an RNN
+whose rates are calibrated by SGD (straight-through rounding) to minimise attention-output error.
+
+Math (per layer, head and channel; ``b`` bits, ``L = 2**b`` levels, offset ``o = L / 2``)
+--------------------------------------------------------------------------------------------------
+Initial state from the first ``B0`` tokens: ``z_1 = mean(x)``, ``a_1 = mean|x - z_1|`` (both stored in
+fp16), ``s_1 = max(gamma * a_1 / o, 1e-6)``, ``s_min = s_min_rel * s_1``. For ``t = 1..T``::
+
+    q_t     = clamp(round((x_t - z_t) / s_t) + o, 0, L - 1)           # packed codes
+    d_t     = q_t - o ;  x_hat_t = z_t + d_t * s_t                    # |x_t - x_hat_t| <= s_t / 2 unless saturated
+    z_{t+1} = z_t + eta_z * (x_hat_t - z_t)                           # EMA prediction (zero-point)
+    s_{t+1} = max(s_t * [(1 - eta_s) + eta_s * gamma * |d_t| / o] * omega**sat_t, s_min)
+
+The step update is the EMA of the reconstructed magnitude ``a_{t+1} = (1 - eta_s) a_t + eta_s |x_hat_t -
+z_t|`` with ``s = gamma a / o`` written multiplicatively (Jayant/ADPCM step adaptation), with overload
+recovery ``omega`` when a code saturates (``sat_t = 1`` if ``q_t`` is ``0`` or ``L - 1``). Because
+``s -> max(alpha s, beta)`` maps compose associatively, the decoder is a parallel scan::
+
+    m_t = log((1 - eta_s) + eta_s gamma |d_t| / o) + sat_t log(omega),   L_t = sum_{k<t} m_k
+    log s_t = L_t + cummax_t(c),  c_1 = log s_1,  c_k = log s_min - L_k (k >= 2)
+    z_t = z_1 + eta_z * sum_{k<t} d_k s_k
+
+The encoder runs the same arithmetic sequentially in float64, so ``decode(encode(x)) == simulate(x)``
+bit for bit. Metadata per head and stream: ``(2 + 3) * 16 * d`` bits (``z_1, a_1, eta_z, eta_s,
+gamma``), independent of the context length ``T``; static group-wise keys need ``2 * 16 * d *
+ceil(T / G)`` bits and per-token values ``2 * 16 * T * ceil(d / G_v)``.
+
+Calibration treats the quantiser as an RNN: parameters ``eta = sigmoid(.)``, ``gamma = softplus(.)``,
+straight-through rounding, truncated BPTT, Adam; loss = relative MSE between causal attention outputs
+computed with reconstructed and exact keys/values recorded through a registered
+``transformers.AttentionInterface`` function.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from transformers import AttentionInterface, Cache
+from transformers.cache_utils import BaseQuantizedLayer
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+from neurips26.common.checks import check_choice, check_float, check_int
+from neurips26.inference.quant import (
+    FULL_PRECISION_BITS,
+    KIVICache,
+    QuantizedKVCacheMixin,
+    QuantizedTensor,
+    pack_bits,
+    quantize_asym,
+    text_config,
+    unpack_bits,
+)
+
+__all__ = [
+    "ADKVConfig",
+    "ADKVState",
+    "ADKVQuantizer",
+    "ADKVLayer",
+    "ADKVCache",
+    "GroupwiseStaticCache",
+    "calibrate_adkv",
+    "record_qkv",
+    "metadata_bits",
+    "adkv_memory_formula",
+]
+
+_META = torch.float16
+
+
+@dataclass
+class ADKVConfig:
+    """Configuration of the ADKV quantiser and cache.
+
+    Parameters
+    ----------
+    bits : int
+        Code bit-width, 1..8; 16 disables quantisation (identity path, exact ``DynamicCache``).
+    init_tokens : int
+        ``B0``: tokens of the first update used for the initial state (all if fewer).
+    eta_z, eta_s : float in (0, 1)
+        Default EMA rates of the zero-point and of the magnitude (before calibration).
+    gamma : float > 0
+        Default scale gain: ``s = gamma * a / o``.
+    overload_up : float >= 1
+        ``omega``, step multiplier after a saturated code (ADPCM overload recovery).
+    s_min_rel : float in (0, 1)
+        Step floor relative to the initial step.
+    value_mode : {"adkv", "per_token"}
+        Values quantised by the same EMA scheme, or by static per-token groups (metadata grows with T).
+    value_group_size : int
+        Channels per group in ``per_token`` value mode.
+    residual_length : int
+        Most recent tokens kept in full precision (0 = pure ADKV).
+    storage : {"packed", "simulated"}
+        ``packed`` replays the decoder over the stored codes at every step; ``simulated`` also keeps the
+        reconstruction in full precision for speed (identical outputs; memory always measured on codes).
+    """
+
+    bits: int = 2
+    init_tokens: int = 16
+    eta_z: float = 0.1
+    eta_s: float = 0.1
+    gamma: float = 2.0
+    overload_up: float = 1.5
+    s_min_rel: float = 1e-3
+    value_mode: str = "adkv"
+    value_group_size: int = 32
+    residual_length: int = 0
+    storage: str = "packed"
+
+    def __post_init__(self) -> None:
+        check_int("bits", self.bits)
+        if not (1 <= self.bits <= 8 or self.bits == FULL_PRECISION_BITS):
+            raise ValueError(f"bits must lie in [1, 8] or be 16 (no quantisation), got {self.bits}")
+        check_int("init_tokens", self.init_tokens, low=1)
+        check_float("eta_z", self.eta_z, 0.0, 1.0, low_open=True, high_open=True)
+        check_float("eta_s", self.eta_s, 0.0, 1.0, low_open=True, high_open=True)
+        check_float("gamma", self.gamma, 0.0, low_open=True)
+        check_float("overload_up", self.overload_up, 1.0)
+        check_float("s_min_rel", self.s_min_rel, 0.0, 1.0, low_open=True, high_open=True)
+        check_choice("value_mode", self.value_mode, ("adkv", "per_token"))
+        check_int("value_group_size", self.value_group_size, low=1)
+        check_int("residual_length", self.residual_length, low=0)
+        check_choice("storage", self.storage, ("packed", "simulated"))
+
+    @property
+    def offset(self) -> int:
+        return (1 << self.bits) // 2
+
+    def default_params(self, num_channels: int, lead: Sequence[int] = ()) -> torch.Tensor:
+        """Default parameters ``Tensor[*lead, 3, num_channels]`` = (eta_z, eta_s, gamma)."""
+        base = torch.tensor([self.eta_z, self.eta_s, self.gamma], dtype=torch.float32)
+        return base.view(*([1] * len(lead)), 3, 1).expand(*lead, 3, num_channels).clone()
+
+
+@dataclass
+class ADKVState:
+    """Decoder/encoder state of a stream of shape ``[..., T, D]``.
+
+    ``z1``, ``a1`` (``Tensor[..., D]``, fp16) are the stored initial state; ``log_acc``, ``cmax``,
+    ``dsum`` (float64) and ``t`` are the encoder's running accumulators (not stored: recomputable from
+    the codes).
+    """
+
+    z1: torch.Tensor
+    a1: torch.Tensor
+    log_acc: torch.Tensor | None = None
+    cmax: torch.Tensor | None = None
+    dsum: torch.Tensor | None = None
+    t: int = 0
+
+    def index_select(self, index: torch.Tensor) -> ADKVState:
+        sel = lambda v: None if v is None else v.index_select(0, index.to(v.device))  # noqa: E731
+        return ADKVState(
+            sel(self.z1), sel(self.a1), sel(self.log_acc), sel(self.cmax), sel(self.dsum), self.t
+        )
+
+    def repeat_interleave(self, repeats: int) -> ADKVState:
+        rep = lambda v: None if v is None else v.repeat_interleave(repeats, dim=0)  # noqa: E731
+        return ADKVState(
+            rep(self.z1), rep(self.a1), rep(self.log_acc), rep(self.cmax), rep(self.dsum), self.t
+        )
+
+
+def _ste_round(u: torch.Tensor) -> torch.Tensor:
+    return u + (torch.round(u) - u).detach()
+
+
+class ADKVQuantizer:
+    """Per-channel adaptive delta quantiser of a stream ``x: Tensor[..., T, D]``.
+
+    Parameters
+    ----------
+    num_channels : int
+        ``D``.
+    config : ADKVConfig
+        ``bits`` must lie in [1, 8].
+    params : Tensor[..., 3, D], optional
+        Per-channel ``(eta_z, eta_s, gamma)`` broadcastable against the stream's leading dimensions
+        (e.g. ``[heads, 3, D]`` for ``[batch, heads, T, D]`` streams). Rounded to fp16 (stored form)
+        unless ``differentiable=True`` is used in :meth:`simulate`. Defaults from ``config``.
+    """
+
+    def __init__(self, num_channels: int, config: ADKVConfig, params: torch.Tensor | None = None):
+        self.num_channels = check_int("num_channels", num_channels, low=1)
+        if not isinstance(config, ADKVConfig):
+            raise TypeError(f"config must be an ADKVConfig, got {type(config).__name__}")
+        if not 1 <= config.bits <= 8:
+            raise ValueError(f"ADKVQuantizer needs bits in [1, 8], got {config.bits}")
+        self.config = config
+        if params is None:
+            params = config.default_params(num_channels)
+        if not isinstance(params, torch.Tensor) or params.dim() < 2 or params.shape[-2] != 3:
+            raise ValueError("params must be a Tensor[..., 3, D] of (eta_z, eta_s, gamma)")
+        if params.shape[-1] != num_channels:
+            raise ValueError(f"params have {params.shape[-1]} channels but num_channels is {num_channels}")
+        self.params = params
+        if not params.requires_grad:
+            self._check_params(params)
+
+    @staticmethod
+    def _check_params(params: torch.Tensor) -> None:
+        eta = params[..., :2, :]
+        if not bool(((eta > 0) & (eta < 1)).all()):
+            raise ValueError("eta_z and eta_s in params must lie in (0, 1)")
+        if not bool((params[..., 2, :] > 0).all()):
+            raise ValueError("gamma in params must be > 0")
+
+    # -- parameters ---------------------------------------------------------------------------
+    def _split(self, params: torch.Tensor, dtype: torch.dtype, stored: bool):
+        p = params.to(_META).to(dtype) if stored else params.to(dtype)
+        return p[..., 0, :], p[..., 1, :], p[..., 2, :]
+
+    # -- state --------------------------------------------------------------------------------
+    def init_state(self, x_prefix: torch.Tensor) -> ADKVState:
+        """Initial state from the first tokens ``x_prefix: Tensor[..., T0, D]`` (fp16 z_1 and a_1)."""
+        if x_prefix.dim() < 2 or x_prefix.shape[-1] != self.num_channels or x_prefix.shape[-2] < 1:
+            raise ValueError(
+                f"x_prefix must be [..., T0 >= 1, {self.num_channels}], got {tuple(x_prefix.shape)}"
+            )
+        xp = x_prefix.detach().to(torch.float64)
+        z1 = xp.mean(-2)
+        a1 = (xp - z1.unsqueeze(-2)).abs().mean(-2)
+        return ADKVState(z1.to(_META), a1.to(_META))
+
+    def _start(
+        self, state: ADKVState, gamma: torch.Tensor, dtype: torch.dtype, a1: torch.Tensor | None = None
+    ):
+        o = self.config.offset
+        a = state.a1.to(dtype) if a1 is None else a1
+        s1 = torch.clamp(gamma * a / o, min=1e-6)
+        log_smin = torch.log(s1 * self.config.s_min_rel)
+        return s1, log_smin
+
+    # -- core recurrence ----------------------------------------------------------------------
+    def _run(
+        self,
+        x: torch.Tensor,
+        state: ADKVState,
+        params: torch.Tensor,
+        dtype: torch.dtype,
+        stored: bool,
+        ste: bool = False,
+        bptt: int | None = None,
+        z1a1: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, ADKVState]:
+        """Sequential encoder; returns codes ``uint8 [..., T, D]``, ``x_hat [..., T, D]`` and end state."""
+        cfg = self.config
+        o = cfg.offset
+        top = (1 << cfg.bits) - 1
+        eta_z, eta_s, gamma = self._split(params, dtype, stored)
+        z1 = state.z1.to(dtype) if z1a1 is None else z1a1[0]
+        s1, log_smin = self._start(state, gamma, dtype, None if z1a1 is None else z1a1[1])
+        shape = torch.broadcast_shapes(x.shape[:-2] + x.shape[-1:], z1.shape, eta_z.shape)
+        zeros = torch.zeros(shape, dtype=dtype, device=x.device)
+        if state.log_acc is None:
+            log_acc, cmax, dsum = zeros, (zeros + torch.log(s1)), zeros
+        else:
+            log_acc, cmax, dsum = (v.to(dtype) for v in (state.log_acc, state.cmax, state.dsum))
+        log_omega = math.log(cfg.overload_up)
+        keep = 1.0 - eta_s
+        gain = eta_s * gamma / o
+        xs = x.to(dtype)
+        codes, recon = [], []
+        for t in range(xs.shape[-2]):
+            if bptt and t and t % bptt == 0:
+                log_acc, cmax, dsum = log_acc.detach(), cmax.detach(), dsum.detach()
+            s = torch.exp(log_acc + cmax)
+            z = z1 + eta_z * dsum
+            u = (xs[..., t, :] - z) / s
+            r = _ste_round(u) if ste else torch.round(u)
+            q = torch.clamp(r + o, 0, top)
+            d = q - o
+            ds = d * s
+            recon.append(z + ds)
+            codes.append(q.detach())
+            dsum = dsum + ds
+            sat = ((q.detach() == 0) | (q.detach() == top)).to(dtype)
+            log_acc = log_acc + (torch.log(keep + gain * d.abs()) + sat * log_omega)
+            cmax = torch.maximum(cmax, log_smin - log_acc)
+        end = ADKVState(
+            state.z1, state.a1, log_acc.detach(), cmax.detach(), dsum.detach(), state.t + xs.shape[-2]
+        )
+        q_all = torch.stack(codes, -2).to(torch.uint8) if codes else torch.zeros_like(xs, dtype=torch.uint8)
+        xh = torch.stack(recon, -2) if recon else xs.clone()
+        return q_all, xh, end
+
+    def _replay(self, codes: torch.Tensor, state: ADKVState, params: torch.Tensor) -> torch.Tensor:
+        """Parallel-scan decoder over ``codes: uint8 [..., T, D]`` from the initial state (float64)."""
+        cfg = self.config
+        dtype = torch.float64
+        o = cfg.offset
+        top = (1 << cfg.bits) - 1
+        eta_z, eta_s, gamma = self._split(params, dtype, True)
+        z1 = state.z1.to(dtype)
+        s1, log_smin = self._start(state, gamma, dtype)
+        q = codes.to(dtype)
+        d = q - o
+        sat = ((codes == 0) | (codes == top)).to(dtype)
+        m = torch.log((1.0 - eta_s).unsqueeze(-2) + (eta_s * gamma / o).unsqueeze(-2) * d.abs())
+        m = m + sat * math.log(cfg.overload_up)
+        incl = torch.cumsum(m, dim=-2)
+        log_acc = torch.cat([torch.zeros_like(incl[..., :1, :]), incl[..., :-1, :]], dim=-2)
+        c = log_smin.unsqueeze(-2) - log_acc
+        c = torch.cat([torch.log(s1).unsqueeze(-2).expand_as(c[..., :1, :]), c[..., 1:, :]], dim=-2)
+        cmax = torch.cummax(c, dim=-2).values
+        s = torch.exp(log_acc + cmax)
+        ds = d * s
+        dincl = torch.cumsum(ds, dim=-2)
+        dsum = torch.cat([torch.zeros_like(dincl[..., :1, :]), dincl[..., :-1, :]], dim=-2)
+        z = z1.unsqueeze(-2) + eta_z.unsqueeze(-2) * dsum
+        return z + ds
+
+    # -- public API ---------------------------------------------------------------------------
+    def encode(self, x: torch.Tensor, state: ADKVState) -> tuple[torch.Tensor, ADKVState]:
+        """Encode ``x: Tensor[..., T, D]`` from ``state``.
+
+        Returns
+        -------
+        codes : Tensor[..., T, ceil(D * bits / 8)] uint8 (bit-packed per token)
+        end_state : ADKVState (continue encoding from here)
+        """
+        self._check_stream(x, state)
+        q, _, end = self._run(x, state, self.params, torch.float64, stored=True)
+        return pack_bits(q, self.config.bits), end
+
+    def decode(self, codes: torch.Tensor, T: int, init_state: ADKVState | None) -> torch.Tensor:
+        """Reconstruct ``Tensor[..., T, D]`` (float64 -> float32) from packed codes and the initial state."""
+        if init_state is None:
+            raise RuntimeError("decode needs the initial state (init_state) the stream was encoded from")
+        check_int("T", T, low=0)
+        q = unpack_bits(codes, self.config.bits, self.num_channels)
+        if q.shape[-2] != T:
+            raise ValueError(f"codes hold {q.shape[-2]} tokens, T is {T}")
+        return self._replay(q, init_state, self.params).to(torch.float32)
+
+    def decode_codes(self, q: torch.Tensor, init_state: ADKVState) -> torch.Tensor:
+        """Reconstruct from unpacked codes ``uint8 [..., T, D]`` (float64)."""
+        if init_state is None:
+            raise RuntimeError("decode needs the initial state (init_state) the stream was encoded from")
+        return self._replay(q, init_state, self.params)
+
+    def simulate(
+        self,
+        x: torch.Tensor,
+        state: ADKVState,
+        differentiable: bool = False,
+        bptt: int | None = None,
+    ) -> torch.Tensor:
+        """Encode then reconstruct in one pass; returns ``x_hat: Tensor[..., T, D]`` in ``x.dtype``.
+
+        With ``differentiable=False`` the arithmetic (float64, fp16-rounded parameters) is identical to
+        ``decode(encode(x))``. With ``differentiable=True`` rounding uses a straight-through estimator,
+        parameters are used unrounded in ``x.dtype`` and gradients flow to ``self.params`` (and ``x``);
+        ``bptt`` truncates backpropagation through time every ``bptt`` tokens.
+        """
+        self._check_stream(x, state)
+        if differentiable:
+            _, xh, _ = self._run(x, state, self.params, x.dtype, stored=False, ste=True, bptt=bptt)
+            return xh
+        _, xh, _ = self._run(x, state, self.params, torch.float64, stored=True)
+        return xh.to(x.dtype)
+
+    def encode_raw(self, x: torch.Tensor, state: ADKVState):
+        """Unpacked codes ``uint8 [..., T, D]``, reconstruction (float64) and end state."""
+        return self._run(x, state, self.params, torch.float64, stored=True)
+
+    def _check_stream(self, x: torch.Tensor, state: ADKVState | None) -> None:
+        if state is None:
+            raise RuntimeError("an initial ADKVState is required (use init_state)")
+        if x.dim() < 2 or x.shape[-1] != self.num_channels:
+            raise ValueError(f"x must be [..., T, {self.num_channels}], got {tuple(x.shape)}")
+
+
+# -------------------------------------------------------------------------------------------- cache
+class ADKVLayer(BaseQuantizedLayer):
+    """One decoder layer's ADKV cache (a ``transformers.cache_utils`` quantised layer).
+
+    Keys (and values in ``value_mode="adkv"``) are encoded token by token as they leave the
+    full-precision residual window; codes are bit-packed per token (``[batch, T, ceil(H*D*b/8)]``
+    bytes). The initial state is taken from the first ``init_tokens`` tokens of the first update. With
+    ``bits == 16`` the layer stores full precision and behaves exactly like ``DynamicLayer``.
+
+    Parameters
+    ----------
+    config : ADKVConfig
+    key_params, value_params : Tensor[kv_heads, 3, head_dim], optional
+        Calibrated per-channel parameters (defaults from ``config``).
+    """
+
+    def __init__(
+        self,
+        config: ADKVConfig,
+        key_params: torch.Tensor | None = None,
+        value_params: torch.Tensor | None = None,
+    ):
+        super().__init__()
+        self.config = config
+        self.key_params = key_params
+        self.value_params = value_params
+        self._clear()
+
+    def _clear(self) -> None:
+        self.key_codes: torch.Tensor | None = None  # [B, Tq, nbytes]
+        self.value_codes: torch.Tensor | None = None
+        self.value_blocks: list[QuantizedTensor] = []  # per_token value mode
+        self.key_state: ADKVState | None = None
+        self.value_state: ADKVState | None = None
+        self._sim_k: torch.Tensor | None = None
+        self._sim_v: torch.Tensor | None = None
+        self._deq_v_tok: torch.Tensor | None = None
+        self.encoded_length = 0
+
+    @property
+    def is_croppable(self) -> bool:  # type: ignore[override]
+        return self.encoded_length == 0
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        if key_states.dim() != 4:
+            raise ValueError("key_states must be [batch, kv_heads, seq, head_dim]")
+        _, h, _, d = key_states.shape
+        for name, p in (("key_params", self.key_params), ("value_params", self.value_params)):
+            if p is not None and tuple(p.shape) != (h, 3, d):
+                raise ValueError(
+                    f"{name} must have shape ({h}, 3, {d}) (kv_heads, 3, head_dim), got {tuple(p.shape)}"
+                )
+        if self.config.value_mode == "per_token" and d % self.config.value_group_size:
+            raise ValueError(f"value_group_size ({self.config.value_group_size}) must divide head_dim ({d})")
+        if self.key_params is None:
+            self.key_params = self.config.default_params(d, (h,))
+        if self.value_params is None:
+            self.value_params = self.config.default_params(d, (h,))
+        self.device, self.dtype = key_states.device, key_states.dtype
+        self.num_heads, self.head_dim = h, d
+        self.keys = key_states[..., :0, :].clone()
+        self.values = value_states[..., :0, :].clone()
+        if self.config.bits != FULL_PRECISION_BITS:
+            self.kq = ADKVQuantizer(d, self.config, self.key_params)
+            self.vq = ADKVQuantizer(d, self.config, self.value_params)
+        self.is_initialized = True
+
+    def _quantize(self, tensor, *args, **kwargs):  # the encode path is `_encode`
+        raise NotImplementedError("ADKVLayer encodes streams with `_encode`")
+
+    def _dequantize(self, q_tensor):
+        raise NotImplementedError("ADKVLayer decodes streams with `dequantized_states`")
+
+    def _pack(self, q: torch.Tensor) -> torch.Tensor:
+        b, h, t, d = q.shape
+        return pack_bits(q.permute(0, 2, 1, 3).reshape(b, t, h * d).contiguous(), self.config.bits)
+
+    def _unpack(self, codes: torch.Tensor) -> torch.Tensor:
+        b, t, _ = codes.shape
+        q = unpack_bits(codes, self.config.bits, self.num_heads * self.head_dim)
+        return q.reshape(b, t, self.num_heads, self.head_dim).permute(0, 2, 1, 3)
+
+    def _encode(self, k: torch.Tensor, v: torch.Tensor) -> None:
+        if self.key_state is None:
+            n0 = min(self.config.init_tokens, k.shape[-2])
+            self.key_state = self.kq.init_state(k[..., :n0, :])
+            if self.config.value_mode == "adkv":
+                self.value_state = self.vq.init_state(v[..., :n0, :])
+        qk, xk, self.key_state = self.kq.encode_raw(k, self.key_state)
+        codes = self._pack(qk)
+        self.key_codes = codes if self.key_codes is None else torch.cat([self.key_codes, codes], dim=1)
+        if self.config.value_mode == "adkv":
+            qv, xv, self.value_state = self.vq.encode_raw(v, self.value_state)
+            vcodes = self._pack(qv)
+            self.value_codes = (
+                vcodes if self.value_codes is None else torch.cat([self.value_codes, vcodes], dim=1)
+            )
+        else:
+            blk = quantize_asym(v, self.config.bits, self.config.value_group_size, axis=-1)
+            self.value_blocks.append(blk)
+            xv = blk.dequantize()
+            self._deq_v_tok = xv if self._deq_v_tok is None else torch.cat([self._deq_v_tok, xv], dim=-2)
+        if self.config.storage == "simulated":
+            xk = xk.to(self.dtype)
+            self._sim_k = xk if self._sim_k is None else torch.cat([self._sim_k, xk], dim=-2)
+            if self.config.value_mode == "adkv":
+                xv = xv.to(self.dtype)
+                self._sim_v = xv if self._sim_v is None else torch.cat([self._sim_v, xv], dim=-2)
+        self.encoded_length += k.shape[-2]
+
+    def dequantized_states(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Reconstruction of all encoded tokens, ``[batch, kv_heads, encoded_len, head_dim]`` each."""
+        if self.encoded_length == 0:
+            return self.keys[..., :0, :], self.values[..., :0, :]
+        if self.config.storage == "simulated":
+            k = self._sim_k
+            v = self._sim_v if self.config.value_mode == "adkv" else self._deq_v_tok
+            return k, v
+        k = self.kq.decode_codes(self._unpack(self.key_codes), self.key_state).to(self.dtype)
+        if self.config.value_mode == "adkv":
+            v = self.vq.decode_codes(self._unpack(self.value_codes), self.value_state).to(self.dtype)
+        else:
+            v = torch.cat([b.dequantize() for b in self.value_blocks], dim=-2)
+        return k, v
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        """Append ``[batch, kv_heads, new, head_dim]`` states; return the whole sequence's states.
+
+        The incoming tokens are returned in full precision for the current pass (as in KIVI); tokens
+        beyond the residual window are encoded and returned as reconstructions afterwards.
+        """
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        self.cumulative_length += key_states.shape[-2]
+        res_k = torch.cat([self.keys, key_states], dim=-2)
+        res_v = torch.cat([self.values, value_states], dim=-2)
+        if self.encoded_length:
+            dk, dv = self.dequantized_states()
+            out_k, out_v = torch.cat([dk, res_k], dim=-2), torch.cat([dv, res_v], dim=-2)
+        else:
+            out_k, out_v = res_k, res_v
+        if self.config.bits != FULL_PRECISION_BITS:
+            n_enc = res_k.shape[-2] - self.config.residual_length
+            if n_enc > 0:
+                self._encode(res_k[..., :n_enc, :], res_v[..., :n_enc, :])
+                res_k, res_v = res_k[..., n_enc:, :], res_v[..., n_enc:, :]
+        self.keys, self.values = res_k, res_v
+        return out_k, out_v
+
+    def get_seq_length(self) -> int:
+        return self.cumulative_length
+
+    def reset(self) -> None:
+        super().reset()
+        self._clear()
+
+    def _map(self, fn_tensor, fn_state, fn_block) -> None:
+        self.keys, self.values = fn_tensor(self.keys), fn_tensor(self.values)
+        for name in ("key_codes", "value_codes", "_sim_k", "_sim_v", "_deq_v_tok"):
+            v = getattr(self, name)
+            if v is not None:
+                setattr(self, name, fn_tensor(v))
+        if self.key_state is not None:
+            self.key_state = fn_state(self.key_state)
+        if self.value_state is not None:
+            self.value_state = fn_state(self.value_state)
+        self.value_blocks = [fn_block(b) for b in self.value_blocks]
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        """Exact batch reordering of codes, states and residual (no re-quantisation)."""
+        if not self.is_initialized:
+            return
+        idx = beam_idx.to(self.keys.device)
+        self._map(
+            lambda t: t.index_select(0, idx), lambda s: s.index_select(idx), lambda b: b.index_select(idx)
+        )
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        if indices.dtype == torch.bool:
+            indices = indices.nonzero().flatten()
+        self.reorder_cache(torch.as_tensor(indices))
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        if not self.is_initialized:
+            return
+        self._map(
+            lambda t: t.repeat_interleave(repeats, dim=0),
+            lambda s: s.repeat_interleave(repeats),
+            lambda b: b.repeat_interleave(repeats),
+        )
+
+    def crop(self, tokens_to_remove: int) -> None:
+        """Remove the last ``-tokens_to_remove`` tokens from the residual window (``DynamicLayer`` rule).
+
+        Encoded tokens cannot be removed without re-encoding (the recurrent state moved past them), so
+        cropping into the encoded stream raises ``ValueError``.
+        """
+        if tokens_to_remove > 0:
+            raise ValueError("crop takes a negative number of tokens to remove (DynamicLayer convention)")
+        remove = -tokens_to_remove
+        if remove == 0 or not self.is_initialized:
+            return
+        if remove > self.keys.shape[-2]:
+            raise ValueError(
+                f"cannot crop {remove} tokens: only the {self.keys.shape[-2]} residual tokens can be removed "
+                "from an ADKV stream (raise residual_length to allow rollbacks)"
+            )
+        r = self.keys.shape[-2] - remove
+        self.keys, self.values = self.keys[..., :r, :], self.values[..., :r, :]
+        self.cumulative_length -= remove
+
+    # -- accounting -----------------------------------------------------------------------------
+    def memory_bytes(self, fp_itemsize: int | None = None) -> dict[str, int]:
+        """Measured storage: ``payload`` (codes), ``metadata`` (initial states + parameters + per-token
+        value metadata), ``residual``, ``total``, ``elements``."""
+        payload = metadata = 0
+        if self.key_codes is not None:
+            payload += self.key_codes.numel()
+            p = self.key_params.to(_META)
+            metadata += (
+                self.key_state.z1.numel() * 2 + self.key_state.a1.numel() * 2 + p.numel() * p.element_size()
+            )
+        if self.value_codes is not None:
+            payload += self.value_codes.numel()
+            p = self.value_params.to(_META)
+            metadata += (
+                self.value_state.z1.numel() * 2
+                + self.value_state.a1.numel() * 2
+                + p.numel() * p.element_size()
+            )
+        for b in self.value_blocks:
+            payload += b.payload_nbytes
+            metadata += b.metadata_nbytes
+        residual = elements = 0
+        if self.is_initialized:
+            item = self.keys.element_size() if fp_itemsize is None else fp_itemsize
+            residual = (self.keys.numel() + self.values.numel()) * item
+            b = self.keys.shape[0]
+            elements = 2 * b * self.num_heads * self.head_dim * self.cumulative_length
+        return {
+            "payload": payload,
+            "metadata": metadata,
+            "residual": residual,
+            "total": payload + metadata + residual,
+            "elements": elements,
+        }
+
+
+class ADKVCache(QuantizedKVCacheMixin, Cache):
+    """ADKV cache: a ``transformers.Cache`` of :class:`ADKVLayer`, one per decoder layer.
+
+    Usable as ``model.generate(input_ids, past_key_values=ADKVCache(model.config, ADKVConfig(bits=2)))``
+    and in manual incremental forward passes.
+
+    Parameters
+    ----------
+    config : PretrainedConfig
+    adkv : ADKVConfig
+    params : dict, optional
+        ``{layer_idx: {"key": Tensor[kv_heads, 3, head_dim], "value": Tensor[...]}}`` from
+        :func:`calibrate_adkv`; missing layers use the defaults.
+    """
+
+    def __init__(self, config: Any, adkv: ADKVConfig | None = None, params: dict | None = None):
+        config = text_config(config)
+        adkv = ADKVConfig() if adkv is None else adkv
+        if not isinstance(adkv, ADKVConfig):
+            raise TypeError(f"adkv must be an ADKVConfig, got {type(adkv).__name__}")
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+        params = params or {}
+        layers = []
+        for i in range(config.num_hidden_layers):
+            p = params.get(i, {})
+            for name in ("key", "value"):
+                t = p.get(name)
+                if t is not None and tuple(t.shape) != (kv_heads, 3, head_dim):
+                    raise ValueError(
+                        f"params[{i}][{name!r}] must have shape ({kv_heads}, 3, {head_dim}) "
+                        f"(kv_heads, 3, head_dim), got {tuple(t.shape)}"
+                    )
+            layers.append(ADKVLayer(adkv, p.get("key"), p.get("value")))
+        self.adkv = adkv
+        super().__init__(layers=layers)
+
+    def memory_report(self, fp_itemsize: int | None = 2) -> dict[str, float]:
+        """``codes_bytes``, ``metadata_bytes``, ``residual_bytes`` and ``bits_per_element``."""
+        m = self.memory_bytes(fp_itemsize)
+        return {
+            "codes_bytes": m["payload"],
+            "metadata_bytes": m["metadata"],
+            "residual_bytes": m["residual"],
+            "bits_per_element": 8.0 * m["total"] / max(m["elements"], 1),
+        }
+
+
+class GroupwiseStaticCache(KIVICache):
+    """Static group-wise baseline in the KIVI layout (keys per channel over ``group_size``-token blocks,
+    values per token over ``value_group_size`` channels) with ``residual_length=0`` by default."""
+
+    def __init__(
+        self,
+        config: Any,
+        bits: int = 2,
+        group_size: int = 128,
+        residual_length: int = 0,
+        value_group_size: int | None = 32,
+        keep_dequantized: bool = False,
+    ):
+        config = text_config(config)
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        if value_group_size is not None:
+            value_group_size = min(value_group_size, head_dim)
+        super().__init__(config, bits, group_size, residual_length, value_group_size, keep_dequantized)
+
+    def memory_report(self, fp_itemsize: int | None = 2) -> dict[str, float]:
+        m = self.memory_bytes(fp_itemsize)
+        return {
+            "codes_bytes": m["payload"],
+            "metadata_bytes": m["metadata"],
+            "residual_bytes": m["residual"],
+            "bits_per_element": 8.0 * m["total"] / max(m["elements"], 1),
+        }
+
+
+def metadata_bits(
+    method: str,
+    T: int,
+    head_dim: int,
+    n_heads: int,
+    n_layers: int,
+    group_size: int | None = None,
+    value_group_size: int | None = None,
+    residual_length: int = 0,
+    batch: int = 1,
+    value_mode: str = "adkv",
+) -> int:
+    """Metadata bits of a whole cache after ``T`` tokens (16-bit metadata), as the caches store it.
+
+    ``method="adkv"``: per KV head and stream ``2 * 16 * d`` per batch row (``z_1``, ``a_1``) plus
+    ``3 * 16 * d`` parameters, independent of ``T`` (values in ``per_token`` mode add
+    ``2 * 16 * T_q * ceil(d / G_v)``). ``method="static"`` (KIVI layout, blocks of ``G`` tokens flushed
+    once ``R + G`` tokens wait): with ``n_b = (T - R) // G`` blocks, keys ``2 * 16 * d * n_b`` and
+    values ``2 * 16 * n_b * G * ceil(d / G_v)`` per head.
+    """
+    check_choice("method", method, ("adkv", "static"))
+    check_int("T", T, low=0)
+    check_int("head_dim", head_dim, low=1)
+    check_int("n_heads", n_heads, low=1)
+    check_int("n_layers", n_layers, low=1)
+    per_head = 0
+    if method == "adkv":
+        check_choice("value_mode", value_mode, ("adkv", "per_token"))
+        t_q = max(T - residual_length, 0)
+        if t_q == 0:
+            return 0
+        per_head = (2 * batch + 3) * 16 * head_dim
+        if value_mode == "adkv":
+            per_head *= 2
+        else:
+            gv = check_int("value_group_size", value_group_size or 32, low=1)
+            per_head += batch * 2 * 16 * t_q * math.ceil(head_dim / gv)
+    else:
+        g = check_int("group_size", group_size if group_size is not None else 0, low=1)
+        gv = check_int("value_group_size", value_group_size or min(head_dim, 32), low=1)
+        n_b = max(0, (T - residual_length) // g)
+        per_head = batch * (2 * 16 * head_dim * n_b + 2 * 16 * n_b * g * math.ceil(head_dim / gv))
+    return per_head * n_heads * n_layers
+
+
+def adkv_memory_formula(
+    T: int,
+    batch: int,
+    kv_heads: int,
+    head_dim: int,
+    bits: int,
+    residual_length: int = 0,
+    fp_itemsize: int = 2,
+) -> dict[str, int]:
+    """Closed-form bytes of one :class:`ADKVLayer` (``value_mode="adkv"``) after ``T`` tokens."""
+    t_q = max(T - residual_length, 0)
+    payload = 2 * batch * t_q * math.ceil(kv_heads * head_dim * bits / 8)
+    metadata = (
+        metadata_bits("adkv", T, head_dim, kv_heads, 1, residual_length=residual_length, batch=batch) // 8
+    )
+    residual = 2 * batch * kv_heads * (T - t_q) * head_dim * fp_itemsize
+    return {
+        "payload": payload,
+        "metadata": metadata,
+        "residual": residual,
+        "total": payload + metadata + residual,
+    }
+
+
+# -------------------------------------------------------------------------------------- calibration
+_RECORDER: dict[str, Any] = {"store": None}
+
+
+def _record_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    store = _RECORDER["store"]
+    if store is not None:
+        store.setdefault(module.layer_idx, []).append((query.detach(), key.detach(), value.detach()))
+    return sdpa_attention_forward(
+        module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs
+    )
+
+
+_RECORD_NAME = "neurips26_adkv_record"
+
+
+@contextmanager
+def record_qkv(model: torch.nn.Module):
+    """Record post-RoPE ``(query, key, value)`` per layer through a registered attention function.
+
+    Yields a dict ``layer_idx -> list[(Tensor[B, Hq, T, D], Tensor[B, Hkv, T, D], Tensor[B, Hkv, T, D])]``;
+    the model's attention implementation is restored afterwards.
+    """
+    AttentionInterface.register(_RECORD_NAME, _record_attention)
+    previous = model.config._attn_implementation
+    store: dict[int, list] = {}
+    _RECORDER["store"] = store
+    model.set_attn_implementation(_RECORD_NAME)
+    try:
+        yield store
+    finally:
+        _RECORDER["store"] = None
+        model.set_attn_implementation(previous)
+
+
+def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, n_query: int) -> torch.Tensor:
+    """Causal attention outputs of the last ``n_query`` queries; q ``[..., Hq, T, D]``, k/v ``[..., Hkv, T, D]``."""
+    hq, hk = q.shape[-3], k.shape[-3]
+    rep = hq // hk
+    if rep > 1:
+        k = k.repeat_interleave(rep, dim=-3)
+        v = v.repeat_interleave(rep, dim=-3)
+    T = q.shape[-2]
+    qs = q[..., T - n_query :, :]
+    scores = qs @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    pos_q = torch.arange(T - n_query, T, device=q.device).unsqueeze(-1)
+    mask = torch.arange(T, device=q.device).unsqueeze(0) > pos_q
+    scores = scores.masked_fill(mask, float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v
+
+
+def calibrate_adkv(
+    model: torch.nn.Module,
+    calib_batches: Iterable[torch.Tensor],
+    config: ADKVConfig,
+    steps: int = 200,
+    lr: float = 1e-2,
+    bptt: int = 64,
+    batch_size: int = 8,
+    n_query: int = 32,
+    seed: int = 0,
+) -> dict[int, dict[str, torch.Tensor]]:
+    """Calibrate per-channel ``(eta_z, eta_s, gamma)`` of every layer by SGD on attention-output error.
+
+    The quantiser is unrolled as an RNN over the recorded key/value streams (all layers at once,
+    independently), rounding uses a straight-through estimator, ``eta = sigmoid(.)`` and ``gamma =
+    softplus(.)``. Loss: mean over layers of the relative MSE between causal attention outputs (last
+    ``n_query`` queries) with reconstructed and exact keys/values.
+
+    Parameters
+    ----------
+    model : transformers causal LM (Llama-style attention with ``layer_idx``).
+    calib_batches : iterable of LongTensor[B, T]
+        Token ids; every batch must have the same length ``T``.
+    config : ADKVConfig (bits in [1, 8]).
+    steps, lr, bptt, batch_size, n_query, seed : optimisation settings.
+
+    Returns
+    -------
+    dict ``layer_idx -> {"key": Tensor[kv_heads, 3, head_dim], "value": Tensor[kv_heads, 3, head_dim]}``
+    """
+    if not 1 <= config.bits <= 8:
+        raise ValueError(f"calibration needs bits in [1, 8], got {config.bits}")
+    check_int("steps", steps, low=0)
+    check_float("lr", lr, 0.0, low_open=True)
+    check_int("bptt", bptt, low=1)
+    check_int("batch_size", batch_size, low=1)
+    check_int("n_query", n_query, low=1)
+    batches = list(calib_batches)
+    if not batches:
+        raise ValueError("calib_batches must not be empty")
+    with torch.no_grad(), record_qkv(model) as store:
+        for ids in batches:
+            model(input_ids=ids, use_cache=False)
+    layers = sorted(store)
+    Q = torch.stack([torch.cat([r[0] for r in store[i]], 0) for i in layers]).float()  # [Ly, N, Hq, T, D]
+    K = torch.stack([torch.cat([r[1] for r in store[i]], 0) for i in layers]).float()
+    V = torch.stack([torch.cat([r[2] for r in store[i]], 0) for i in layers]).float()
+    n_ly, n_seq, hk, T, d = K.shape
+    n_query = min(n_query, T)
+    KV = torch.stack([K, V], 1)  # [Ly, 2, N, Hkv, T, D]
+    init = config.default_params(d, (n_ly, 2, hk))  # [Ly, 2, Hkv, 3, D]
+    raw = torch.empty_like(init)
+    raw[..., :2, :] = torch.logit(init[..., :2, :])
+    raw[..., 2, :] = init[..., 2, :] + torch.log(-torch.expm1(-init[..., 2, :]))  # softplus^-1
+    raw = raw.requires_grad_(True)
+    opt = torch.optim.Adam([raw], lr=lr)
+    gen = torch.Generator().manual_seed(seed)
+    n0 = min(config.init_tokens, T)
+    xp = KV[..., :n0, :].double()
+    z1 = xp.mean(-2).to(_META).float()  # [Ly, 2, N, Hkv, D]
+    a1 = (xp - xp.mean(-2, keepdim=True)).abs().mean(-2).to(_META).float()
+
+    def params_from(raw_t: torch.Tensor) -> torch.Tensor:
+        eta = torch.sigmoid(raw_t[..., :2, :])
+        gamma = torch.nn.functional.softplus(raw_t[..., 2:, :])
+        return torch.cat([eta, gamma], dim=-2)
+
+    with torch.no_grad():
+        ref = torch.stack([_attention(Q, K, V, n_query)], 0)[0]
+        ref_pow = ref.pow(2).mean(dim=(1, 2, 3, 4), keepdim=True).clamp_min(1e-12)
+    for _ in range(steps):
+        idx = torch.randperm(n_seq, generator=gen)[: min(batch_size, n_seq)]
+        p = params_from(raw).unsqueeze(2)  # [Ly, 2, 1, Hkv, 3, D]
+        quant = ADKVQuantizer(d, config, p)
+        state = ADKVState(z1[:, :, idx], a1[:, :, idx])
+        xh = quant._run(KV[:, :, idx], state, p, torch.float32, stored=False, ste=True, bptt=bptt)[1]
+        out = _attention(Q[:, idx], xh[:, 0], xh[:, 1], n_query)
+        loss = ((out - ref[:, idx]).pow(2).mean(dim=(1, 2, 3, 4), keepdim=True) / ref_pow).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    final = params_from(raw.detach())
+    return {layers[i]: {"key": final[i, 0].clone(), "value": final[i, 1].clone()} for i in range(n_ly)}
