@@ -555,6 +555,7 @@ def _make_trainer_class():
             return loss
 
     ArcherGRPOTrainer.__module__ = __name__
+    ArcherGRPOTrainer.__qualname__ = "ArcherGRPOTrainer"
     return ArcherGRPOTrainer
 
 
