@@ -63,7 +63,10 @@ device; headers are read on the host). :class:`ThreadGroup` emulates ``P`` ranks
 
 from __future__ import annotations
 
+import json
 import math
+import os
+import socket
 import struct
 import sys
 import threading
@@ -98,6 +101,7 @@ __all__ = [
     "decode_payload",
     "emulate_all_gather",
     "encode_shard",
+    "gloo_self_check",
     "int8_block_all_gather",
     "lossless_zlib_all_gather",
     "payload_size",
@@ -479,19 +483,23 @@ def encode_shard(
     if m >= 2**31 - 1:
         candidates = tuple(c for c in candidates if c != "sparse") or ("bitmap",)
     block_flags = None
-    sizes = {}
-    for cand in candidates:
-        if cand == "block":
-            nb = (m + bk - 1) // bk
+    block_elems = 0
+    sizes = {c: payload_size(c, m, flat.dtype, n_c) for c in candidates if c != "block"}
+    if "block" in candidates:
+        nb = (m + bk - 1) // bk
+        # lower bound of the BLOCK payload (every changed exponent sits in a changed block): skip the
+        # block-flag pass when even the bound cannot beat the best other mode
+        bound = sm.numel() + (nb + 7) // 8 + n_c
+        if not sizes or bound < min(sizes.values()):
             padded = torch.zeros(nb * bk, dtype=torch.bool, device=flat.device)
             padded[:m] = changed
             block_flags = padded.view(nb, bk).any(dim=1)
             block_elems = _block_elems(block_flags, m, bk)
-            sizes[cand] = payload_size(
+            sizes["block"] = payload_size(
                 "block", m, flat.dtype, n_c, block_size=bk, changed_block_elems=block_elems
             )
-        else:
-            sizes[cand] = payload_size(cand, m, flat.dtype, n_c)
+    order = ("sparse", "bitmap", "block", "raw")
+    candidates = tuple(c for c in order if c in sizes)
     best = min(candidates, key=lambda c: sizes[c])
     if best == "raw":
         body = flat.view(torch.uint8).clone()
@@ -1271,6 +1279,90 @@ def emulate_all_gather(
     return outs
 
 
+def _self_check_worker(rank: int, world_size: int, port: int, spec: dict[str, Any], path: str) -> None:
+    torch.set_num_threads(1)
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    try:
+        m, dtype = spec["numel"], getattr(torch, spec["dtype"])
+        cfg = AdERAConfig(**spec["config"])
+        state = AdERAState(cfg, m, dtype, world_size)
+        g = torch.Generator().manual_seed(spec["seed"])
+        full = torch.randn(world_size * m, generator=g) * 0.02
+        exact = []
+        for it in range(spec["iters"]):
+            full = full + torch.randn(world_size * m, generator=g) * spec["step"]
+            low = full.to(dtype)
+            mine = low[rank * m : (rank + 1) * m]
+            out = torch.empty(world_size * m, dtype=dtype)
+            ref = torch.empty(world_size * m, dtype=dtype)
+            handle = adera_all_gather(out, mine, state=state, async_op=it % 2 == 1)
+            if handle is not None:
+                handle.wait()
+            dist.all_gather_into_tensor(ref, mine)
+            exact.append(_bitwise_equal(out, ref) and _bitwise_equal(out, low))
+        if rank == 0:
+            with open(path, "w") as f:
+                json.dump(
+                    {
+                        "exact": exact,
+                        "modes": state.mode_history,
+                        "bytes_wire": state.bytes_wire,
+                        "bytes_raw": state.bytes_raw,
+                        "change_rate": state.change_rate_history,
+                    },
+                    f,
+                )
+    finally:
+        dist.destroy_process_group()
+
+
+def gloo_self_check(
+    world_size: int = 2,
+    numel: int = 700,
+    iters: int = 5,
+    *,
+    dtype: str = "bfloat16",
+    config: dict[str, Any] | None = None,
+    step: float = 1e-3,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Spawn ``world_size`` gloo processes on 127.0.0.1 and compare AdERA with ``all_gather_into_tensor``.
+
+    Each of ``iters`` calls perturbs an fp32 master vector by ``N(0, step^2)``, casts it to ``dtype``
+    and gathers each rank's shard of ``numel`` elements both ways (every other call with
+    ``async_op=True``). Returns rank 0's ``{"exact": [bool per call], "modes", "bytes_wire",
+    "bytes_raw", "change_rate"}``.
+    """
+    import tempfile
+
+    import torch.multiprocessing as mp
+
+    check_int("world_size", world_size, low=2)
+    check_int("numel", numel, low=1)
+    check_int("iters", iters, low=1)
+    check_choice("dtype", dtype, ("bfloat16", "float16", "float32"))
+    cfg = {
+        "warmup_iters": 2,
+        "warmup": "fixed",
+        "adaptive": False,
+        "verify": True,
+        "chunks": 3,
+        **(config or {}),
+    }
+    AdERAConfig(**cfg)  # validate before spawning
+    spec = {"numel": numel, "dtype": dtype, "config": cfg, "iters": iters, "step": step, "seed": seed}
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "result.json")
+        mp.spawn(_self_check_worker, args=(world_size, port, spec, path), nprocs=world_size)
+        with open(path) as f:
+            return json.load(f)
+
+
 # --------------------------------------------------------------------------------------------
 # baselines
 # --------------------------------------------------------------------------------------------
@@ -1465,7 +1557,12 @@ GATHER_FNS = {
 
 
 class _GatheredParam(torch.autograd.Function):
-    """Forward: all-gather the (mixed-precision) shards into the full weight. Backward: reduce-scatter."""
+    """Forward: all-gather the (mixed-precision) shards into the full weight.
+
+    Backward: park the full-weight gradient on the wrapper; :meth:`ShardedMoEWrapper.sync_gradients`
+    reduce-scatters it later in a fixed order (collectives inside autograd would run in a
+    data-dependent order and could pair up differently on different ranks).
+    """
 
     @staticmethod
     def forward(ctx, shard, wrapper, name):  # noqa: D102
@@ -1474,7 +1571,9 @@ class _GatheredParam(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):  # noqa: D102
-        return ctx.wrapper._reduce_scatter(ctx.name, grad), None, None
+        pending = ctx.wrapper._pending_grads
+        pending[ctx.name] = grad.detach().clone() if ctx.name not in pending else pending[ctx.name] + grad
+        return None, None, None
 
 
 class ShardedMoEWrapper(nn.Module):
@@ -1483,10 +1582,14 @@ class ShardedMoEWrapper(nn.Module):
     Every selected parameter is flattened, padded to a multiple of ``P`` and replaced by this
     rank's fp32 master shard ``[ceil(numel / P)]``. Before a module's forward its full weights are
     rebuilt by casting the shards to ``gather_dtype`` (the mixed-precision copy), all-gathering them
-    with ``gather_fn`` and upcasting to the compute dtype; gradients of the full weight are
-    reduce-scattered (averaged over ranks) into the shard's ``.grad``. Parameters left replicated
-    get their gradients all-reduced (averaged) as soon as they are accumulated. The full weights
-    stay referenced by autograd until backward (FSDP ``reshard_after_forward=False`` behaviour).
+    with ``gather_fn`` and upcasting to the compute dtype. After ``loss.backward()`` call
+    :meth:`sync_gradients`: gradients of the full weights are reduce-scattered (averaged over ranks)
+    into the shards' ``.grad`` and gradients of replicated parameters are all-reduced (averaged), in
+    a fixed order on every rank. The full weights stay referenced by autograd until backward (FSDP
+    ``reshard_after_forward=False`` behaviour; no re-gather in backward, no cross-layer prefetch).
+
+    Shapes: a sharded parameter of ``n`` elements becomes ``shards[name]`` of ``ceil(n / P)``
+    fp32 elements; the gathered buffer has ``P * ceil(n / P)`` elements of ``gather_dtype``.
 
     Parameters
     ----------
@@ -1577,10 +1680,7 @@ class ShardedMoEWrapper(nn.Module):
             if hooked.get(id(mod)):
                 keys = hooked.pop(id(mod))
                 mod.register_forward_pre_hook(self._make_pre_hook(keys))
-        if p > 1:
-            for param in model.parameters():
-                if param.requires_grad:
-                    param.register_post_accumulate_grad_hook(self._allreduce_grad)
+        self._pending_grads: dict[str, torch.Tensor] = {}
 
     def _make_pre_hook(self, keys: list[str]) -> Callable[..., None]:
         def hook(mod: nn.Module, args: Any) -> None:
@@ -1590,9 +1690,26 @@ class ShardedMoEWrapper(nn.Module):
 
         return hook
 
-    def _allreduce_grad(self, param: torch.Tensor) -> None:
-        self.comm.all_reduce_sum(param.grad)
-        param.grad.div_(self.comm.world_size)
+    def sync_gradients(self) -> None:
+        """Reduce-scatter sharded gradients and all-reduce replicated ones (averaged over ranks).
+
+        Call after ``loss.backward()`` and before ``optimizer.step()`` on every rank.
+        """
+        for key, shard in self.shards.items():
+            grad = self._pending_grads.pop(key, None)
+            if grad is None:
+                grad = torch.zeros(self._meta[key][2], dtype=torch.float32, device=shard.device)
+            g = self._reduce_scatter(key, grad)
+            shard.grad = g if shard.grad is None else shard.grad + g
+        self._pending_grads.clear()
+        p = self.comm.world_size
+        if p > 1:
+            for param in self.module.parameters():
+                if param.requires_grad:
+                    if param.grad is None:
+                        param.grad = torch.zeros_like(param)
+                    self.comm.all_reduce_sum(param.grad)
+                    param.grad.div_(p)
 
     def _gather_full(self, key: str, shard: torch.Tensor) -> torch.Tensor:
         _, _, shape, numel = self._meta[key]
