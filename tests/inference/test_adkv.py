@@ -1,0 +1,260 @@
+"""Tests of ADKV: the EMA delta quantiser, its cache, metadata accounting and calibration."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
+
+from neurips26.inference.adkv import (
+    ADKVCache,
+    ADKVConfig,
+    ADKVQuantizer,
+    GroupwiseStaticCache,
+    _attention,
+    adkv_memory_formula,
+    calibrate_adkv,
+    metadata_bits,
+)
+
+
+def tiny_model(seed=0, kv_heads=2):
+    cfg = LlamaConfig(
+        vocab_size=64,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=kv_heads,
+        max_position_embeddings=256,
+        pad_token_id=0,
+    )
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(cfg).eval()
+
+
+def drift_stream(T=256, d=16, lead=(2, 3), seed=0):
+    g = torch.Generator().manual_seed(seed)
+    t = torch.arange(T, dtype=torch.float32).unsqueeze(-1)
+    amp = torch.rand(*lead, 1, d, generator=g) * 3
+    omega = torch.rand(d, generator=g) * 0.1
+    phase = torch.rand(d, generator=g) * 6
+    return amp * torch.cos(omega * t + phase) + 0.5 + 0.05 * torch.randn(*lead, T, d, generator=g)
+
+
+# ----------------------------------------------------------------------------------------- quantiser
+@pytest.mark.parametrize("bits", [2, 3, 4])
+def test_decode_encode_equals_simulate_bitwise(bits):
+    x = drift_stream()
+    q = ADKVQuantizer(16, ADKVConfig(bits=bits))
+    state = q.init_state(x[..., :16, :])
+    codes, _ = q.encode(x, state)
+    assert codes.shape == (2, 3, 256, math.ceil(16 * bits / 8)) and codes.dtype == torch.uint8
+    assert torch.equal(q.decode(codes, 256, state), q.simulate(x, state))
+
+
+def test_encoding_continues_across_chunks_and_decoder_replays_states():
+    x = drift_stream(T=120)
+    q = ADKVQuantizer(16, ADKVConfig(bits=3))
+    s0 = q.init_state(x[..., :16, :])
+    full, end = q.encode(x, s0)
+    c1, e1 = q.encode(x[..., :50, :], s0)
+    c2, e2 = q.encode(x[..., 50:, :], e1)
+    assert torch.equal(torch.cat([c1, c2], -2), full)
+    assert torch.equal(e2.log_acc, end.log_acc) and torch.equal(e2.dsum, end.dsum) and e2.t == 120
+
+
+def test_error_bound_unsaturated_codes():
+    x = drift_stream(seed=1).double()
+    cfg = ADKVConfig(bits=3)
+    q = ADKVQuantizer(16, cfg)
+    state = q.init_state(x[..., :16, :])
+    codes, xh, _ = q.encode_raw(x, state)
+    # recover s_t from the recurrence: x_hat - z = (q - o) s, and z from x_hat via the EMA
+    z = state.z1.double().clone()
+    eta_z = torch.tensor(cfg.eta_z, dtype=torch.float16).double()
+    ok = (codes > 0) & (codes < 7)
+    errs, steps = [], []
+    for t in range(x.shape[-2]):
+        d = codes[..., t, :].double() - cfg.offset
+        s = torch.where(d != 0, (xh[..., t, :] - z) / d, torch.full_like(z, float("nan")))
+        errs.append((x[..., t, :] - xh[..., t, :]).abs())
+        steps.append(s)
+        z = z + eta_z * (xh[..., t, :] - z)
+    err, step = torch.stack(errs, -2), torch.stack(steps, -2)
+    sel = ok & torch.isfinite(step)
+    assert sel.sum() > 1000
+    assert bool((err[sel] <= step[sel] / 2 + 1e-9).all())
+
+
+def test_constant_input_error_vanishes_and_8bit_is_accurate():
+    g = torch.Generator().manual_seed(0)
+    x = torch.full((1, 1, 64, 4), 2.5) + torch.linspace(0, 1, 4)
+    x[..., :8, :] += torch.randn(1, 1, 8, 4, generator=g)  # varied start, constant afterwards
+    for eta_z, final in ((0.1, 0.1), (0.5, 1e-2)):
+        q = ADKVQuantizer(4, ADKVConfig(bits=2, eta_z=eta_z))
+        err = (x - q.simulate(x, q.init_state(x[..., :16, :]))).abs().amax(-1)[0, 0]
+        assert err[-1] < err[8] / 4 and err[-1] < final
+    y = drift_stream(seed=2)
+    q8 = ADKVQuantizer(16, ADKVConfig(bits=8))
+    yh = q8.simulate(y, q8.init_state(y[..., :16, :]))
+    assert ((y - yh).norm() / y.norm()) < 1e-2
+
+
+def test_ste_gradients_reach_eta_and_gamma():
+    x = drift_stream(T=40)
+    params = ADKVConfig(bits=2).default_params(16, (3,)).requires_grad_(True)
+    q = ADKVQuantizer(16, ADKVConfig(bits=2), params)
+    xh = q.simulate(x, q.init_state(x[..., :16, :]), differentiable=True)
+    (xh - x).pow(2).mean().backward()
+    g = params.grad
+    assert g is not None and torch.isfinite(g).all()
+    assert g[:, 0].abs().sum() > 0 and g[:, 1].abs().sum() > 0 and g[:, 2].abs().sum() > 0
+
+
+def test_quantizer_errors():
+    with pytest.raises(ValueError, match="bits must lie in"):
+        ADKVConfig(bits=9)
+    with pytest.raises(ValueError, match="bits must lie in"):
+        ADKVConfig(bits=0)
+    with pytest.raises(ValueError, match="eta_z"):
+        ADKVConfig(eta_z=1.0)
+    with pytest.raises(ValueError, match="eta_s"):
+        ADKVConfig(eta_s=0.0)
+    with pytest.raises(ValueError, match="storage"):
+        ADKVConfig(storage="disk")
+    q = ADKVQuantizer(4, ADKVConfig(bits=2))
+    with pytest.raises(RuntimeError, match="initial state"):
+        q.decode(torch.zeros(1, 3, 1, dtype=torch.uint8), 3, None)
+    with pytest.raises(ValueError, match="channels"):
+        ADKVQuantizer(4, ADKVConfig(), ADKVConfig().default_params(5))
+    bad = ADKVConfig().default_params(4)
+    bad[0, 0] = 1.5
+    with pytest.raises(ValueError, match=r"\(0, 1\)"):
+        ADKVQuantizer(4, ADKVConfig(), bad)
+
+
+# ---------------------------------------------------------------------------------------- metadata
+def test_metadata_independent_of_length_and_static_linear():
+    a = metadata_bits("adkv", 128, 64, 3, 30)
+    assert a == metadata_bits("adkv", 4096, 64, 3, 30) == 2 * 5 * 16 * 64 * 3 * 30
+    s = [metadata_bits("static", T, 64, 3, 30, group_size=32, value_group_size=32) for T in (32, 64, 128)]
+    assert s[1] == 2 * s[0] and s[2] == 4 * s[0]
+    # the 1K-token ratio of the formulas: static G=32 / ADKV = T / 80 for d = 64
+    ratio = metadata_bits("static", 1024, 64, 1, 1, group_size=32, value_group_size=32) / metadata_bits(
+        "adkv", 1024, 64, 1, 1
+    )
+    assert ratio == pytest.approx(12.8)
+
+
+def test_memory_report_matches_formulas():
+    model = tiny_model()
+    ids = torch.randint(1, 64, (2, 30), generator=torch.Generator().manual_seed(0))
+    cache = ADKVCache(model.config, ADKVConfig(bits=3))
+    with torch.no_grad():
+        model(ids, cache=cache)
+        model(ids[:, :3], cache=cache)
+    layer = cache.layers[0]
+    assert layer.memory_bytes(2) == {**adkv_memory_formula(33, 2, 2, 16, 3), "elements": 2 * 2 * 2 * 16 * 33}
+    rep = cache.memory_report()
+    assert rep["metadata_bytes"] * 8 == metadata_bits("adkv", 33, 16, 2, 2, batch=2)
+    static = GroupwiseStaticCache(model.config, bits=2, group_size=8, value_group_size=8)
+    with torch.no_grad():
+        model(ids, cache=static)
+    assert static.memory_report()["metadata_bytes"] * 8 == metadata_bits(
+        "static", 30, 16, 2, 2, group_size=8, value_group_size=8, batch=2
+    )
+
+
+# ------------------------------------------------------------------------------------------- cache
+def test_identity_path_equals_dynamic_cache_bitwise_gqa_batch():
+    model = tiny_model(kv_heads=1)
+    ids = torch.randint(1, 64, (3, 9), generator=torch.Generator().manual_seed(5))
+    kw = dict(max_new_tokens=15, do_sample=False, output_scores=True, return_dict_in_generate=True)
+    ref = model.generate(ids, cache=DynamicCache(config=model.config), **kw)
+    cache = ADKVCache(model.config, ADKVConfig(bits=16))
+    out = model.generate(ids, cache=cache, **kw)
+    assert torch.equal(ref.sequences, out.sequences)
+    assert all(torch.equal(a, b) for a, b in zip(ref.scores, out.scores))
+    assert cache.get_seq_length() == 9 + 15 - 1
+
+
+def test_packed_and_simulated_storage_identical_and_rows_independent():
+    model = tiny_model()
+    g = torch.Generator().manual_seed(6)
+    ids = torch.randint(1, 64, (2, 24), generator=g)
+    mask = torch.ones_like(ids)
+    ids[1, :4], mask[1, :4] = 0, 0
+    kw = dict(
+        max_new_tokens=10, do_sample=False, output_scores=True, return_dict_in_generate=True, pad_token_id=0
+    )
+    outs = {}
+    for storage in ("packed", "simulated"):
+        cache = ADKVCache(model.config, ADKVConfig(bits=2, storage=storage))
+        outs[storage] = model.generate(ids, attention_mask=mask, cache=cache, **kw)
+        assert cache.get_seq_length() == 24 + 10 - 1
+    assert torch.equal(outs["packed"].sequences, outs["simulated"].sequences)
+    assert all(torch.equal(a, b) for a, b in zip(outs["packed"].scores, outs["simulated"].scores))
+    single = model.generate(
+        ids[1:], attention_mask=mask[1:], cache=ADKVCache(model.config, ADKVConfig(bits=2)), **kw
+    )
+    assert torch.equal(single.sequences[0], outs["packed"].sequences[1])
+
+
+def test_reorder_and_crop():
+    model = tiny_model()
+    ids = torch.randint(1, 64, (3, 12), generator=torch.Generator().manual_seed(7))
+    cache = ADKVCache(model.config, ADKVConfig(bits=3, residual_length=4))
+    with torch.no_grad():
+        model(ids, cache=cache)
+    layer = cache.layers[1]
+    k_before = torch.cat([layer.dequantized_states()[0], layer.keys], -2)
+    beam = torch.tensor([1, 1, 0])
+    cache.reorder_cache(beam)
+    k_after = torch.cat([layer.dequantized_states()[0], layer.keys], -2)
+    assert torch.equal(k_after, k_before[beam])
+    cache.crop(-2)
+    assert cache.get_seq_length() == 10 and layer.keys.shape[-2] == 2
+    with pytest.raises(ValueError, match="residual tokens"):
+        cache.crop(-5)
+
+
+def test_cache_param_shape_mismatch():
+    model = tiny_model()
+    bad = {0: {"key": torch.full((2, 3, 8), 0.1)}}
+    with pytest.raises(ValueError, match="head_dim"):
+        ADKVCache(model.config, ADKVConfig(), params=bad)
+
+
+# ------------------------------------------------------------------------------------- calibration
+def test_calibration_reduces_attention_error():
+    model = tiny_model()
+    g = torch.Generator().manual_seed(8)
+    ids = torch.randint(1, 64, (4, 32), generator=g)
+    cfg = ADKVConfig(bits=2)
+    params = calibrate_adkv(model, [ids], cfg, steps=15, lr=5e-2, batch_size=4, n_query=16)
+    assert set(params) == {0, 1} and params[0]["key"].shape == (2, 3, 16)
+    eta = torch.stack([p[n][:, :2] for p in params.values() for n in ("key", "value")])
+    assert bool(((eta > 0) & (eta < 1)).all())
+
+    from neurips26.inference.adkv import record_qkv
+
+    with torch.no_grad(), record_qkv(model) as rec:
+        model(ids, use_cache=False)
+    assert model.config._attn_implementation == "sdpa"
+
+    def attn_err(p):
+        total = 0.0
+        for i in (0, 1):
+            q, k, v = rec[i][0]
+            qk = ADKVQuantizer(16, cfg, None if p is None else p[i]["key"])
+            qv = ADKVQuantizer(16, cfg, None if p is None else p[i]["value"])
+            kh = qk.simulate(k, qk.init_state(k[..., :16, :]))
+            vh = qv.simulate(v, qv.init_state(v[..., :16, :]))
+            ref = _attention(q, k, v, 16)
+            total += float((_attention(q, kh, vh, 16) - ref).pow(2).mean() / ref.pow(2).mean())
+        return total
+
+    assert attn_err(params) < attn_err(None)
