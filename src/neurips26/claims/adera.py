@@ -239,7 +239,7 @@ def _run_gloo(config: dict, seed: int, data: torch.Tensor) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------
 # codec benchmark and simulator projections
 # ---------------------------------------------------------------------------------------------
-def _bench_codec(numel: int, change_rate: float, seed: int, repeats: int = 5) -> dict[str, float]:
+def _bench_codec(numel: int, change_rate: float, seed: int, repeats: int = 25) -> dict[str, float]:
     """Best-of-``repeats`` encode+decode time of one bf16 shard vs ``tensor.clone()`` (1 thread)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

@@ -482,7 +482,7 @@ def encode_shard(
     )
     if m >= 2**31 - 1:
         candidates = tuple(c for c in candidates if c != "sparse") or ("bitmap",)
-    block_flags = None
+    block_flags = idx_all = None
     block_elems = 0
     sizes = {c: payload_size(c, m, flat.dtype, n_c) for c in candidates if c != "block"}
     if "block" in candidates:
@@ -491,9 +491,9 @@ def encode_shard(
         # block-flag pass when even the bound cannot beat the best other mode
         bound = sm.numel() + (nb + 7) // 8 + n_c
         if not sizes or bound < min(sizes.values()):
-            padded = torch.zeros(nb * bk, dtype=torch.bool, device=flat.device)
-            padded[:m] = changed
-            block_flags = padded.view(nb, bk).any(dim=1)
+            idx_all = changed.nonzero().reshape(-1)
+            block_flags = torch.zeros(nb, dtype=torch.bool, device=flat.device)
+            block_flags[idx_all // bk] = True
             block_elems = _block_elems(block_flags, m, bk)
             sizes["block"] = payload_size(
                 "block", m, flat.dtype, n_c, block_size=bk, changed_block_elems=block_elems
@@ -504,7 +504,7 @@ def encode_shard(
     if best == "raw":
         body = flat.view(torch.uint8).clone()
     elif best == "sparse":
-        idx = changed.nonzero().reshape(-1).to(torch.int32)
+        idx = (changed.nonzero().reshape(-1) if idx_all is None else idx_all).to(torch.int32)
         body = torch.cat([sm, idx.view(torch.uint8), e[idx.long()]])
     elif best == "bitmap":
         body = torch.cat([sm, _packbits(changed), e[changed]])
