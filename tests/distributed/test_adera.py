@@ -465,10 +465,11 @@ def test_wrapper_two_virtual_ranks_average_gradients():
     xs = [torch.randn(3, 6, generator=torch.Generator().manual_seed(r)) for r in range(2)]
     ref = _tiny_mlp()
     sum(ref(x).sum() for x in xs).backward()
+    models = [_tiny_mlp() for _ in range(2)]  # built outside the threads (seeded global RNG)
 
     def rank(r):
         w = ShardedMoEWrapper(
-            _tiny_mlp(),
+            models[r],
             groups[r],
             "adera",
             gather_dtype=torch.float32,
@@ -484,7 +485,7 @@ def test_wrapper_two_virtual_ranks_average_gradients():
     full = torch.cat([w0.shards["experts__weight"].grad, w1.shards["experts__weight"].grad])[:30]
     torch.testing.assert_close(full, ref.experts.weight.grad.reshape(-1) / 2)
     torch.testing.assert_close(w0.module.head.weight.grad, ref.head.weight.grad / 2)
-    assert w0.mismatches == 0 and w0.gathers == 2
+    assert w0.mismatches == 0 and w0.gathers == 2  # weight and bias
 
 
 # ------------------------------------------------------------------ real 2-process gloo run
@@ -493,3 +494,46 @@ def test_two_process_gloo_matches_all_gather_into_tensor():
     assert res["exact"] == [True] * 5
     assert res["modes"][:2] == ["raw", "raw"] and "raw" not in res["modes"][2:]
     assert res["bytes_wire"] < res["bytes_raw"]
+
+
+def test_wrapper_prefetch_overlaps_next_module_and_stays_exact():
+    from concurrent.futures import ThreadPoolExecutor
+
+    def model():
+        torch.manual_seed(1)
+        seq = torch.nn.Sequential()
+        for i in range(3):
+            seq.add_module(f"experts{i}", torch.nn.Linear(4, 4))
+        return seq
+
+    groups = ThreadGroup.create(2)
+    xs = [torch.randn(2, 4, generator=torch.Generator().manual_seed(r)) for r in range(2)]
+
+    def rank(r, prefetch):
+        w = ShardedMoEWrapper(
+            model(),
+            groups[r],
+            "adera",
+            check_exact=True,
+            prefetch=prefetch,
+            config=AdERAConfig(adaptive=False, warmup_iters=1, warmup="fixed"),
+        )
+        opt = torch.optim.SGD(w.parameters(), lr=0.1)
+        outs = []
+        for _ in range(3):
+            y = w(xs[r])
+            outs.append(y.detach())
+            y.sum().backward()
+            w.sync_gradients()
+            opt.step()
+            opt.zero_grad()
+        return w, outs
+
+    with ThreadPoolExecutor(2) as pool:
+        plain = list(pool.map(lambda r: rank(r, False), range(2)))
+    with ThreadPoolExecutor(2) as pool:
+        fetched = list(pool.map(lambda r: rank(r, True), range(2)))
+    for (_, a), (w, b) in zip(plain, fetched):
+        assert all(torch.equal(x, y) for x, y in zip(a, b))
+        # weight and bias of modules 1 and 2, in each of 3 forwards
+        assert w.prefetched == 2 * 2 * 3 and w.mismatches == 0

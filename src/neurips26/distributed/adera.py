@@ -1586,7 +1586,7 @@ class ShardedMoEWrapper(nn.Module):
     :meth:`sync_gradients`: gradients of the full weights are reduce-scattered (averaged over ranks)
     into the shards' ``.grad`` and gradients of replicated parameters are all-reduced (averaged), in
     a fixed order on every rank. The full weights stay referenced by autograd until backward (FSDP
-    ``reshard_after_forward=False`` behaviour; no re-gather in backward, no cross-layer prefetch).
+    ``reshard_after_forward=False`` behaviour; no re-gather in backward; optional forward prefetch).
 
     Shapes: a sharded parameter of ``n`` elements becomes ``shards[name]`` of ``ceil(n / P)``
     fp32 elements; the gathered buffer has ``P * ceil(n / P)`` elements of ``gather_dtype``.
@@ -1607,6 +1607,10 @@ class ShardedMoEWrapper(nn.Module):
     cost_model : CostModel, optional
     check_exact : bool
         After every gather also run a plain all-gather and count bitwise mismatches (``mismatches``).
+    prefetch : bool
+        When a module's pre-hook runs, launch the next sharded module's gather with ``async_op=True``
+        (AdERA and raw gathers; others run synchronously) so that it overlaps this module's compute;
+        a prefetched buffer whose shard changed in between is discarded and gathered again.
     """
 
     def __init__(
@@ -1620,6 +1624,7 @@ class ShardedMoEWrapper(nn.Module):
         gather_dtype: torch.dtype = torch.bfloat16,
         cost_model: CostModel | None = None,
         check_exact: bool = False,
+        prefetch: bool = False,
     ) -> None:
         super().__init__()
         if not isinstance(model, nn.Module):
@@ -1646,6 +1651,12 @@ class ShardedMoEWrapper(nn.Module):
         self.gather_dtype = gather_dtype
         self.cost_model = cost_model
         self.check_exact = check_exact
+        if not isinstance(prefetch, bool):
+            raise TypeError(f"prefetch must be a bool, got {prefetch!r}")
+        self.prefetch = prefetch
+        self.prefetched = 0
+        self._prefetched: dict[str, tuple[torch.Tensor, Any, torch.Tensor, int]] = {}
+        self._groups: list[list[str]] = []
         self.mismatches = 0
         self.gathers = 0
         self.shards = nn.ParameterDict()
@@ -1679,16 +1690,32 @@ class ShardedMoEWrapper(nn.Module):
         for mod, _, _, _ in self._meta.values():
             if hooked.get(id(mod)):
                 keys = hooked.pop(id(mod))
-                mod.register_forward_pre_hook(self._make_pre_hook(keys))
+                mod.register_forward_pre_hook(self._make_pre_hook(len(self._groups), keys))
+                self._groups.append(keys)
         self._pending_grads: dict[str, torch.Tensor] = {}
 
-    def _make_pre_hook(self, keys: list[str]) -> Callable[..., None]:
+    def _make_pre_hook(self, index: int, keys: list[str]) -> Callable[..., None]:
         def hook(mod: nn.Module, args: Any) -> None:
             for key in keys:
                 _, pname, _, _ = self._meta[key]
                 setattr(mod, pname, _GatheredParam.apply(self.shards[key], self, key))
+            if self.prefetch and index + 1 < len(self._groups):
+                for key in self._groups[index + 1]:  # next module's gather overlaps this module's compute
+                    if key not in self._prefetched:
+                        self._prefetched[key] = self._launch(key, async_op=True)
 
         return hook
+
+    def _launch(self, key: str, async_op: bool) -> tuple[torch.Tensor, Any, torch.Tensor, int]:
+        shard = self.shards[key]
+        low = shard.detach().to(self.gather_dtype)
+        out = torch.empty(self.comm.world_size * low.numel(), dtype=self.gather_dtype, device=shard.device)
+        handle = None
+        if async_op and self.gather_fn in (adera_all_gather, raw_all_gather):
+            handle = self.gather_fn(out, low, self.group, state=self.states[key], async_op=True)
+        else:
+            self.gather_fn(out, low, self.group, state=self.states[key])
+        return out, handle, low, shard._version
 
     def sync_gradients(self) -> None:
         """Reduce-scatter sharded gradients and all-reduce replicated ones (averaged over ranks).
@@ -1713,10 +1740,17 @@ class ShardedMoEWrapper(nn.Module):
 
     def _gather_full(self, key: str, shard: torch.Tensor) -> torch.Tensor:
         _, _, shape, numel = self._meta[key]
-        p = self.comm.world_size
-        low = shard.detach().to(self.gather_dtype)
-        out = torch.empty(p * low.numel(), dtype=self.gather_dtype, device=shard.device)
-        self.gather_fn(out, low, self.group, state=self.states[key])
+        entry = self._prefetched.pop(key, None)
+        if entry is not None:
+            out, handle, low, version = entry
+            if handle is not None:
+                handle.wait()
+            if version != shard._version:  # the shard changed since the prefetch: gather again
+                entry = None
+            else:
+                self.prefetched += 1
+        if entry is None:
+            out, _, low, _ = self._launch(key, async_op=False)
         self.gathers += 1
         if self.check_exact:
             ref = torch.empty_like(out)
