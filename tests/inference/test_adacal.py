@@ -1,0 +1,421 @@
+"""Tests of AdaCal sparse prefill: masks, metrics, policies, transformers integration."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from neurips26.inference import adacal
+from neurips26.inference.adacal import (
+    DEFAULT_POLICIES,
+    HEAD_DENSE,
+    HEAD_DYNAMIC,
+    HEAD_STATIC,
+    AdaCalConfig,
+    FeaturesReady,
+    TaskDispatcher,
+    TaskPolicy,
+    a_shape_mask,
+    block_density,
+    dispatch_features,
+    features_only,
+    flexprefill_mask,
+    last_stats,
+    metrics_from_distribution,
+    plan_blocks,
+    probe_metrics,
+    prompt_features,
+    register_adacal_attention,
+    sparse_prefill_attention,
+    task,
+)
+
+
+def _qkv(b=2, h=4, h_kv=2, n=70, d=8, seed=0, dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(b, h, n, d, generator=g).to(dtype)
+    k = torch.randn(b, h_kv, n, d, generator=g).to(dtype)
+    v = torch.randn(b, h_kv, n, d, generator=g).to(dtype)
+    return q, k, v
+
+
+def _dense_reference(q, k, v):
+    rep = q.shape[1] // k.shape[1]
+    ke, ve = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
+    return F.scaled_dot_product_attention(q, ke, ve, is_causal=True).transpose(1, 2)
+
+
+# ------------------------------------------------------------------ sparse attention
+@pytest.mark.parametrize(("n", "h_kv"), [(64, 4), (70, 2), (5, 1)])
+def test_all_ones_mask_equals_causal_sdpa(n, h_kv):
+    q, k, v = _qkv(n=n, h_kv=h_kv)
+    nb = math.ceil(n / 16)
+    out = sparse_prefill_attention(q, k, v, torch.ones(nb, nb, dtype=torch.bool), 16)
+    assert out.shape == (2, n, 4, 8)
+    torch.testing.assert_close(out, _dense_reference(q, k, v), atol=1e-5, rtol=1e-5)
+
+
+def test_sparse_attention_matches_hand_masked_softmax():
+    q, k, v = _qkv(b=1, h=2, h_kv=2, n=12, d=4)
+    mask = torch.tensor([[1, 0, 0], [1, 1, 0], [0, 1, 1]], dtype=torch.bool)  # row 2 drops block 0
+    out = sparse_prefill_attention(q, k, v, mask, 4)
+    # query 10 (block 2) sees keys 4..10 only
+    scores = torch.einsum("hd,hkd->hk", q[0, :, 10], k[0, :, 4:11]) / 2.0
+    expected = torch.einsum("hk,hkd->hd", scores.softmax(-1), v[0, :, 4:11])
+    torch.testing.assert_close(out[0, 10], expected, atol=1e-6, rtol=1e-5)
+
+
+def test_sparse_attention_bf16_and_errors():
+    q, k, v = _qkv(n=40, dtype=torch.bfloat16)
+    out = sparse_prefill_attention(q, k, v, torch.ones(3, 3, dtype=torch.bool), 16)
+    assert out.dtype == torch.bfloat16
+    ref = _dense_reference(q.float(), k.float(), v.float())
+    assert (out.float() - ref).abs().max() < 3e-2
+    with pytest.raises(ValueError, match="block_size"):
+        sparse_prefill_attention(q, k, v, torch.ones(3, 3, dtype=torch.bool), 0)
+    with pytest.raises(ValueError, match="block_mask"):
+        sparse_prefill_attention(q, k, v, torch.ones(2, 2, dtype=torch.bool), 16)
+    with pytest.raises(TypeError, match="bool"):
+        sparse_prefill_attention(q, k, v, torch.ones(3, 3), 16)
+    with pytest.raises(ValueError, match="multiple"):
+        sparse_prefill_attention(q, k[:, :1].expand(2, 3, 40, 8), v, torch.ones(3, 3, dtype=torch.bool), 16)
+
+
+# ------------------------------------------------------------------ A-shape and metrics
+def test_a_shape_mask_by_hand():
+    m = a_shape_mask(80, 16, sink_blocks=1, local_blocks=1)
+    expected = torch.tensor(
+        [
+            [1, 0, 0, 0, 0],
+            [1, 1, 0, 0, 0],
+            [1, 1, 1, 0, 0],
+            [1, 0, 1, 1, 0],
+            [1, 0, 0, 1, 1],
+        ],
+        dtype=torch.bool,
+    )
+    assert torch.equal(m, expected)
+    assert torch.isclose(block_density(m), torch.tensor(12 / 15))
+    with pytest.raises(ValueError, match="block_size"):
+        a_shape_mask(80, 0)
+
+
+def test_metrics_uniform_onehot_and_local():
+    nb = 10
+    uniform = torch.full((1, 1, nb), 1 / nb)
+    m = metrics_from_distribution(uniform, 1, 2)
+    assert torch.isclose(m["entropy"], torch.tensor(1.0)).all()
+    assert torch.isclose(m["concentration"], torch.tensor(2 / nb)).all()  # top k = max(2, ceil(0.4)) = 2
+    assert torch.isclose(m["mid_coverage"], torch.tensor(6 / nb)).all()  # blocks 1..6
+    onehot = torch.zeros(1, 1, nb)
+    onehot[..., 4] = 1.0
+    m = metrics_from_distribution(onehot, 1, 2)
+    assert m["entropy"].item() == 0.0 and m["concentration"].item() == 1.0
+    assert m["mid_coverage"].item() == 1.0
+    local = torch.zeros(1, 1, nb)
+    local[..., [0, 7, 8, 9]] = torch.tensor([0.4, 0.2, 0.2, 0.2])
+    assert metrics_from_distribution(local, 1, 2)["mid_coverage"].item() == pytest.approx(0.0)
+
+
+def test_probe_metrics_shapes_and_concentrated_attention():
+    q, k, _ = _qkv(b=2, h=4, h_kv=2, n=100, d=8)
+    m = probe_metrics(q, k, 16)
+    assert m["probe_dist"].shape == (2, 4, 7)
+    torch.testing.assert_close(m["probe_dist"].sum(-1), torch.ones(2, 4))
+    for key in ("entropy", "concentration", "mid_coverage"):
+        assert m[key].shape == (2, 4) and ((m[key] >= 0) & (m[key] <= 1)).all()
+    # keys orthogonal to the queries except one strong key in the middle -> probe mass in its block
+    q2 = torch.zeros(1, 1, 64, 4)
+    q2[..., 0] = 1.0
+    k2 = torch.zeros(1, 1, 64, 4)
+    k2[0, 0, 20, 0] = 50.0
+    m2 = probe_metrics(q2, k2, 8, sink_blocks=1, local_blocks=2)
+    assert m2["probe_dist"][0, 0, 2] > 0.99 and m2["mid_coverage"].item() > 0.99
+    assert m2["entropy"].item() < 0.05
+
+
+# ------------------------------------------------------------------ plans
+def _structured_qk(n=256, h=4, d=8, seed=0):
+    q, k, _ = _qkv(b=2, h=h, h_kv=h, n=n, d=d, seed=seed)
+    # heads 2, 3 attend strongly to a mid-context key
+    q[:, 2:, :, 0] = 4.0
+    k[:, 2:, 100, 0] = 12.0
+    return q, k
+
+
+@pytest.mark.parametrize("tag", ["structure", "mixed", "retrieval"])
+def test_plan_invariants(tag):
+    q, k = _structured_qk()
+    cfg = AdaCalConfig(block_size=16)
+    plan = plan_blocks(q, k, cfg, task=tag)
+    nb = 16
+    assert plan.mask.shape == (2, 4, nb, nb) and plan.task == tag
+    assert not plan.mask.triu(1).any()  # nothing above the diagonal
+    mandatory = a_shape_mask(256, 16, 1, 2)
+    assert (plan.mask | ~mandatory).all()  # diagonal, sink and local always selected
+    torch.testing.assert_close(plan.density, plan.mask.sum((-1, -2)).float() / (nb * (nb + 1) / 2))
+    pol = DEFAULT_POLICIES[tag]
+    cap = torch.maximum(torch.ceil(pol.beta_max * torch.arange(1, nb + 1)).long(), mandatory.sum(-1))
+    dyn = plan.head_type == HEAD_DYNAMIC
+    rows = plan.mask.sum(-1)  # [b, h, nb]
+    assert (rows[dyn] <= cap).all()  # per-head budget
+    static = plan.head_type == HEAD_STATIC
+    assert (plan.mask[static] == mandatory).all()
+    quota = round(cfg.dense_quota * 4)
+    assert ((plan.head_type == HEAD_DENSE).sum(-1) <= quota).all()
+
+
+def test_augmentation_depends_on_task():
+    q, k = _structured_qk()
+    # every head dynamic, no budget cap
+    low = {t: TaskPolicy(0.0, 1.0, p.gamma, p.augment, 1.0) for t, p in DEFAULT_POLICIES.items()}
+    cfg = AdaCalConfig(block_size=16, policies=low)
+    s = plan_blocks(q, k, cfg, task="structure")
+    r = plan_blocks(q, k, cfg, task="retrieval")
+    assert (s.head_type == HEAD_DYNAMIC).all() and (r.head_type == HEAD_DYNAMIC).all()
+    assert not s.augment_mask.any()
+    assert r.augment_mask.any()
+    # the top-m block of the probe (block 6 holds key 100) reaches the last query rows of heads 2, 3
+    assert r.mask[:, 2:, -1, 6].all()
+    # stride blocks (j - 1) % 8 == 0 in the mid zone of row 15: j = 1, 9
+    assert r.augment_mask[:, :, 15, 9].all() and r.mask[:, :, 15, 9].all()
+    assert r.density.mean() > s.density.mean()
+
+
+def test_static_and_dense_heads():
+    q, k = _structured_qk()
+    all_static = {
+        t: TaskPolicy(1.0, 1.0, p.gamma, p.augment, p.beta_max) for t, p in DEFAULT_POLICIES.items()
+    }
+    plan = plan_blocks(q, k, AdaCalConfig(block_size=16, policies=all_static))
+    assert (plan.head_type == HEAD_STATIC).all()
+    assert torch.equal(plan.mask, a_shape_mask(256, 16).expand(2, 4, 16, 16))
+    all_dense = {t: TaskPolicy(0.0, 0.0, p.gamma, p.augment, p.beta_max) for t, p in DEFAULT_POLICIES.items()}
+    plan = plan_blocks(q, k, AdaCalConfig(block_size=16, policies=all_dense, dense_quota=0.5))
+    assert ((plan.head_type == HEAD_DENSE).sum(-1) == 2).all()  # quota round(0.5 * 4) = 2
+    dense_rows = plan.mask[plan.head_type == HEAD_DENSE]
+    assert (plan.density[plan.head_type == HEAD_DENSE] == 1.0).all() and dense_rows.shape[0] == 4
+    plan = plan_blocks(q, k, AdaCalConfig(block_size=16, policies=all_dense, dense_quota=0.0))
+    assert not (plan.head_type == HEAD_DENSE).any()
+
+
+def test_too_few_blocks_falls_back_to_dense_with_warning():
+    q, k, _ = _qkv(n=40)
+    with pytest.warns(UserWarning, match="dense"):
+        plan = plan_blocks(q, k, AdaCalConfig(block_size=16))
+    assert (plan.density == 1.0).all()
+
+
+def test_plan_errors():
+    q, k, _ = _qkv(n=64)
+    with pytest.raises(ValueError, match="task"):
+        plan_blocks(q, k, AdaCalConfig(block_size=8), task="summarise")
+    with pytest.raises(ValueError, match="task"):
+        with task("poetry"):
+            pass
+    with pytest.raises(ValueError, match="block_size"):
+        AdaCalConfig(block_size=0)
+    with pytest.raises(ValueError, match="gamma"):
+        TaskPolicy(0.1, 0.9, 0.0, "off", 0.5)
+    with pytest.raises(ValueError, match="augment"):
+        TaskPolicy(0.1, 0.9, 0.9, "always", 0.5)
+    with pytest.raises(ValueError, match="policies"):
+        AdaCalConfig(policies={"mixed": DEFAULT_POLICIES["mixed"]})
+    with pytest.raises(TypeError, match="config"):
+        plan_blocks(q, k, {"block_size": 8})
+    with pytest.raises(ValueError, match="4-D"):
+        plan_blocks(q[0], k, AdaCalConfig(block_size=8))
+
+
+@settings(max_examples=10, deadline=None)
+@given(
+    n=st.integers(min_value=1, max_value=150),
+    block=st.sampled_from([4, 8, 16]),
+    b=st.integers(1, 2),
+    gqa=st.sampled_from([1, 2]),
+    seed=st.integers(0, 1000),
+    tag=st.sampled_from(["structure", "mixed", "retrieval"]),
+)
+def test_plan_property(n, block, b, gqa, seed, tag):
+    q, k, v = _qkv(b=b, h=4, h_kv=4 // gqa, n=n, d=4, seed=seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        plan = plan_blocks(q, k, AdaCalConfig(block_size=block), task=tag)
+    nb = math.ceil(n / block)
+    eye = torch.eye(nb, dtype=torch.bool)
+    assert (plan.mask & eye).sum((-1, -2)).eq(nb).all()
+    assert not plan.mask.triu(1).any()
+    assert ((plan.density > 0) & (plan.density <= 1)).all()
+    out = sparse_prefill_attention(q, k, v, plan.mask, block)
+    assert out.shape == (b, n, 4, 4) and torch.isfinite(out).all()
+    fp = flexprefill_mask(q, k, block)
+    assert (fp & eye).sum((-1, -2)).eq(nb).all() and not fp.triu(1).any()
+
+
+def test_flexprefill_patterns():
+    q, k = _structured_qk()
+    mask, qa = flexprefill_mask(q, k, 16, gamma=0.9, tau=0.1, return_pattern=True)
+    assert mask.shape == (2, 4, 16, 16) and qa.shape == (2, 4)
+    # tau = 1 forces the query-aware pattern everywhere, tau = 0 the vertical-slash pattern
+    _, qa1 = flexprefill_mask(q, k, 16, tau=1.0, return_pattern=True)
+    _, qa0 = flexprefill_mask(q, k, 16, tau=0.0, return_pattern=True)
+    assert qa1.all() and not qa0.any()
+    vs = flexprefill_mask(q, k, 16, tau=0.0)
+    # heads 2, 3 put their probe mass on key 100 (block 6): a vertical line covering every row below
+    assert vs[:, 2:, 6:, 6].all()
+    full = flexprefill_mask(q, k, 16, gamma=1.0, tau=0.0)
+    assert block_density(full).min() >= block_density(vs).min()
+    with pytest.raises(ValueError, match="gamma"):
+        flexprefill_mask(q, k, 16, gamma=0.0)
+
+
+# ------------------------------------------------------------------ dispatcher
+def test_dispatcher_fit_predict_save_load(tmp_path):
+    rng = np.random.default_rng(0)
+    x = np.concatenate([rng.normal(0, 1, (20, 7)), rng.normal(3, 1, (20, 7))])
+    y = ["structure"] * 20 + ["retrieval"] * 20
+    d = TaskDispatcher(query_marker_ids=(5,)).fit(x, y)
+    assert d.predict(x) == y
+    d.save(tmp_path / "d.json")
+    d2 = TaskDispatcher.load(tmp_path / "d.json")
+    np.testing.assert_allclose(d2.predict_proba(x), d.predict_proba(x))
+    assert d2.query_marker_ids == (5,)
+    with pytest.raises(RuntimeError, match="fitted"):
+        TaskDispatcher().predict(x)
+    with pytest.raises(ValueError, match="labels"):
+        TaskDispatcher().fit(x[:2], ["structure", "chat"])
+    with pytest.raises(ValueError, match="columns"):
+        d.predict(x[:, :3])
+
+
+def test_prompt_and_dispatch_features():
+    f = prompt_features(torch.tensor([[5, 6, 5, 6, 7]]), query_marker_ids=(7,))
+    np.testing.assert_allclose(f, [[1 / 4, 3 / 5, 1.0]])
+    q, k, _ = _qkv(b=1, n=64)
+    feats = dispatch_features(probe_metrics(q, k, 8), torch.tensor([[5, 6, 5, 6, 7]]))
+    assert feats.shape == (1, 7) and np.isfinite(feats).all()
+
+
+# ------------------------------------------------------------------ transformers integration
+@pytest.fixture(scope="module")
+def tiny_model():
+    from neurips26.common.models import build_tiny_lm
+
+    model = build_tiny_lm("llama", vocab_size=64, seed=0, max_position_embeddings=512).eval()
+    for method in adacal.METHODS:
+        register_adacal_attention(AdaCalConfig(block_size=16), name=f"test_adacal_{method}", method=method)
+    return model
+
+
+def _logits(model, impl, ids, **kw):
+    model.set_attn_implementation(impl)
+    with torch.no_grad():
+        return model(ids, **kw).logits
+
+
+def test_dense_method_matches_eager_and_sdpa(tiny_model):
+    ids = torch.randint(4, 64, (2, 150), generator=torch.Generator().manual_seed(1))
+    ref = _logits(tiny_model, "eager", ids)
+    out = _logits(tiny_model, "test_adacal_dense", ids)
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+    assert last_stats()["density"] == 1.0
+    # padded batch (left padding) also matches on the real tokens
+    am = torch.ones(2, 150, dtype=torch.long)
+    am[1, :23] = 0
+    ref = _logits(tiny_model, "eager", ids, attention_mask=am)
+    out = _logits(tiny_model, "test_adacal_dense", ids, attention_mask=am)
+    torch.testing.assert_close(out[0], ref[0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out[1, 23:], ref[1, 23:], atol=1e-5, rtol=1e-5)
+
+
+def test_sparse_methods_run_and_report(tiny_model):
+    ids = torch.randint(4, 64, (1, 200), generator=torch.Generator().manual_seed(2))
+    ref = _logits(tiny_model, "eager", ids)
+    for method in ("adacal", "a_shape", "flexprefill"):
+        with task("retrieval"):
+            out = _logits(tiny_model, f"test_adacal_{method}", ids)
+        stats = last_stats()
+        assert torch.isfinite(out).all() and out.shape == ref.shape
+        assert len(stats["layers"]) == 2 and 0 < stats["density"] <= 1
+        # the first block of queries sees only the diagonal block in every method: identical logits
+        torch.testing.assert_close(out[:, :16], ref[:, :16], atol=1e-5, rtol=1e-5)
+    assert stats["method"] == "flexprefill"
+
+
+def test_decode_is_dense_and_generation_matches(tiny_model):
+    ids = torch.randint(4, 64, (1, 40), generator=torch.Generator().manual_seed(3))
+    tiny_model.set_attn_implementation("test_adacal_a_shape")
+    from transformers import DynamicCache
+
+    with torch.no_grad():
+        cache = DynamicCache(config=tiny_model.config)
+        tiny_model(ids, past_key_values=cache)
+        step = tiny_model(ids[:, -1:], past_key_values=cache).logits
+        tiny_model.set_attn_implementation("sdpa")
+        cache2 = DynamicCache(config=tiny_model.config)
+        tiny_model(ids, past_key_values=cache2)
+        step2 = tiny_model(ids[:, -1:], past_key_values=cache2).logits
+    # 40 tokens / 16 = 3 blocks <= sink + local + 1: a_shape prefill is dense, decode is plain sdpa
+    torch.testing.assert_close(step, step2, atol=1e-5, rtol=1e-5)
+    with torch.no_grad():
+        tiny_model.set_attn_implementation("eager")
+        g1 = tiny_model.generate(ids, max_new_tokens=6, do_sample=False)
+        tiny_model.set_attn_implementation("test_adacal_dense")
+        g2 = tiny_model.generate(ids, max_new_tokens=6, do_sample=False)
+    assert torch.equal(g1, g2)
+
+
+def test_decode_path_calls_sdpa_exactly():
+    from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    name = register_adacal_attention(AdaCalConfig(block_size=4), name="test_adacal_decode")
+    fn = AttentionInterface._global_mapping[name]
+
+    class M(torch.nn.Module):
+        num_key_value_groups = 2
+        layer_idx = 0
+        is_causal = True
+
+    q = torch.randn(2, 4, 1, 8)
+    k = torch.randn(2, 2, 30, 8)
+    v = torch.randn(2, 2, 30, 8)
+    out, _ = fn(M(), q, k, v, None, scaling=0.3)
+    ref, _ = sdpa_attention_forward(M(), q, k, v, None, scaling=0.3)
+    assert torch.equal(out, ref)
+
+
+def test_dispatcher_in_the_loop(tiny_model):
+    ids = torch.randint(4, 64, (1, 128), generator=torch.Generator().manual_seed(4))
+    register_adacal_attention(AdaCalConfig(block_size=16), name="test_adacal_features")
+    tiny_model.set_attn_implementation("test_adacal_features")
+    with torch.no_grad(), features_only(), task(None, input_ids=ids):
+        with pytest.raises(FeaturesReady) as info:
+            tiny_model(ids)
+    feats = info.value.features
+    assert feats.shape == (1, 7)
+    disp = TaskDispatcher().fit(np.concatenate([feats, feats + 1.0]), ["retrieval", "structure"])
+    register_adacal_attention(AdaCalConfig(block_size=16), name="test_adacal_disp", dispatcher=disp)
+    tiny_model.set_attn_implementation("test_adacal_disp")
+    with torch.no_grad(), task(None, input_ids=ids):
+        tiny_model(ids)
+    assert last_stats()["task"] == "retrieval"
+    with torch.no_grad(), task("structure"):
+        tiny_model(ids)
+    assert last_stats()["task"] == "structure"  # an explicit tag wins over the dispatcher
+
+
+def test_register_errors():
+    with pytest.raises(ValueError, match="method"):
+        register_adacal_attention(AdaCalConfig(), method="oracle")
+    with pytest.raises(ValueError, match="name"):
+        register_adacal_attention(AdaCalConfig(), name="sdpa")
+    with pytest.raises(TypeError, match="config"):
+        register_adacal_attention({"block_size": 4})
