@@ -57,9 +57,10 @@ def _dense_reference(q, k, v):
 def test_all_ones_mask_equals_causal_sdpa(n, h_kv):
     q, k, v = _qkv(n=n, h_kv=h_kv)
     nb = math.ceil(n / 16)
-    out = sparse_prefill_attention(q, k, v, torch.ones(nb, nb, dtype=torch.bool), 16)
-    assert out.shape == (2, n, 4, 8)
-    torch.testing.assert_close(out, _dense_reference(q, k, v), atol=1e-5, rtol=1e-5)
+    for backend in ("masked", "gather"):
+        out = sparse_prefill_attention(q, k, v, torch.ones(nb, nb, dtype=torch.bool), 16, backend=backend)
+        assert out.shape == (2, n, 4, 8)
+        torch.testing.assert_close(out, _dense_reference(q, k, v), atol=1e-5, rtol=1e-5)
 
 
 def test_sparse_attention_matches_hand_masked_softmax():
@@ -70,6 +71,29 @@ def test_sparse_attention_matches_hand_masked_softmax():
     scores = torch.einsum("hd,hkd->hk", q[0, :, 10], k[0, :, 4:11]) / 2.0
     expected = torch.einsum("hk,hkd->hd", scores.softmax(-1), v[0, :, 4:11])
     torch.testing.assert_close(out[0, 10], expected, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("n", [48, 53])
+def test_gather_and_masked_backends_agree(n):
+    q, k, v = _qkv(b=2, h=4, h_kv=2, n=n)
+    nb = math.ceil(n / 8)
+    g = torch.Generator().manual_seed(5)
+    mask = torch.rand(2, 4, nb, nb, generator=g) < 0.4
+    a = sparse_prefill_attention(q, k, v, mask, 8, backend="masked")
+    c = sparse_prefill_attention(q, k, v, mask, 8, backend="gather")
+    torch.testing.assert_close(a, c, atol=1e-5, rtol=1e-5)
+    # with a left-padding bool mask and an additive float mask
+    pad = torch.ones(2, 1, n, n, dtype=torch.bool).tril()
+    pad[1, :, :, :5] = False
+    additive = torch.zeros(2, 1, n, n).masked_fill(~pad, torch.finfo(torch.float32).min)
+    for am in (pad, additive):
+        a = sparse_prefill_attention(q, k, v, mask, 8, attention_mask=am, backend="masked")
+        c = sparse_prefill_attention(q, k, v, mask, 8, attention_mask=am, backend="gather")
+        assert torch.isfinite(a).all() and torch.isfinite(c).all()
+        torch.testing.assert_close(a[1, 5:], c[1, 5:], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(a[0], c[0], atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="backend"):
+        sparse_prefill_attention(q, k, v, mask, 8, backend="flex")
 
 
 def test_sparse_attention_bf16_and_errors():

@@ -703,6 +703,7 @@ def sparse_prefill_attention(
     block_size: int,
     scale: float | None = None,
     attention_mask: torch.Tensor | None = None,
+    backend: str = "masked",
 ) -> torch.Tensor:
     """Exact causal attention restricted to the selected key blocks.
 
@@ -717,6 +718,12 @@ def sparse_prefill_attention(
         Logit scale (default ``d ** -0.5``).
     attention_mask : Tensor ``[b, 1, n, n]``, optional
         ``transformers`` 4-D mask: bool (True = attend) or additive float.
+    backend : {"masked", "gather"}
+        ``"masked"`` (default): expand the block mask to tokens and make one masked SDPA call (dense
+        cost, exact; the fastest pure-torch option on CPU). ``"gather"``: per query block, gather
+        the selected key blocks and attend to them, so the arithmetic scales with the density
+        (slower on CPU because of the Python loop and gathers; the shape a block-sparse kernel
+        takes).
 
     Returns
     -------
@@ -724,8 +731,9 @@ def sparse_prefill_attention(
 
     Notes
     -----
-    A query row that would see no key (e.g. a left-padding query) attends to itself only, so no NaN
-    is produced; such rows are padding and their values are not used.
+    The diagonal block is always computed (a causal query always sees itself). A query row that
+    would see no key (e.g. a left-padding query) attends to itself only, so no NaN is produced; such
+    rows are padding and their values are not used.
     """
     b, h, n, d = _check_qk(q, k)
     check_int("block_size", block_size, low=1)
@@ -740,36 +748,91 @@ def sparse_prefill_attention(
         raise ValueError(
             f"block_mask must end with ({nb}, {nb}) for n={n}, block_size={block_size}; got {tuple(block_mask.shape)}"
         )
+    check_choice("backend", backend, ("gather", "masked"))
     scale = d**-0.5 if scale is None else float(scale)
-    blk = torch.arange(n, device=q.device) // block_size
-    tok = block_mask[..., blk[:, None], blk[None, :]]
-    causal = torch.ones(n, n, dtype=torch.bool, device=q.device).tril()
-    tok = tok & causal
-    while tok.dim() < 4:
-        tok = tok.unsqueeze(0)
-    allowed = tok
-    additive = None
+    while block_mask.dim() < 4:
+        block_mask = block_mask.unsqueeze(0)
+    block_mask = (block_mask | torch.eye(nb, dtype=torch.bool, device=q.device)).expand(b, h, nb, nb)
+    allowed_tok, additive = None, None
     if attention_mask is not None:
         am = attention_mask[..., -n:, -n:]
         if am.dtype == torch.bool:
-            allowed = allowed & am
+            allowed_tok = am
         else:
-            allowed = allowed & (am > torch.finfo(am.dtype).min / 2)
-            additive = am
+            allowed_tok = am > torch.finfo(am.dtype).min / 2
+            additive = torch.where(allowed_tok, am, torch.zeros_like(am)).to(q.dtype)
+    ke, ve = _expand_kv(k, h), _expand_kv(v, h)
+    if backend == "masked":
+        return _masked_attention(q, ke, ve, block_mask, block_size, scale, allowed_tok, additive)
+    return _gather_attention(q, ke, ve, block_mask, block_size, scale, allowed_tok, additive)
+
+
+def _finish_mask(allowed: torch.Tensor, self_pos: torch.Tensor, additive: torch.Tensor | None, dtype):
+    """Let a query with no visible key attend to itself (padding rows); build the SDPA mask."""
     empty = ~allowed.any(-1, keepdim=True)
     if bool(empty.any()):
-        allowed = allowed | (empty & torch.eye(n, dtype=torch.bool, device=q.device))
-    ke, ve = _expand_kv(k, h), _expand_kv(v, h)
-    if additive is not None:
-        finite = torch.where(
-            additive > torch.finfo(additive.dtype).min / 2, additive, torch.zeros_like(additive)
+        allowed = allowed | (empty & self_pos)
+    if additive is None:
+        return allowed
+    neg = torch.tensor(float("-inf"), dtype=dtype, device=allowed.device)
+    return torch.where(allowed, additive, neg)
+
+
+def _masked_attention(q, ke, ve, block_mask, block_size, scale, allowed_tok, additive):
+    """Token-expanded mask over the whole sequence + one SDPA call (dense cost, exact)."""
+    b, h, n, _ = q.shape
+    nb = block_mask.shape[-1]
+    B = block_size
+    tok = block_mask[:, :, :, None, :, None].expand(b, h, nb, B, nb, B).reshape(b, h, nb * B, nb * B)
+    allowed = tok[..., :n, :n] & torch.ones(n, n, dtype=torch.bool, device=q.device).tril()
+    if allowed_tok is None:  # the diagonal is forced on: no query row is empty
+        return (
+            F.scaled_dot_product_attention(q, ke, ve, attn_mask=allowed, scale=scale)
+            .transpose(1, 2)
+            .contiguous()
         )
-        attn_mask = torch.where(
-            allowed, finite.to(q.dtype), torch.tensor(float("-inf"), dtype=q.dtype, device=q.device)
-        )
-    else:
-        attn_mask = allowed
-    out = F.scaled_dot_product_attention(q, ke, ve, attn_mask=attn_mask, scale=scale)
+    allowed = allowed & allowed_tok
+    eye = torch.eye(n, dtype=torch.bool, device=q.device)
+    mask = _finish_mask(allowed, eye, None if additive is None else additive.expand_as(allowed), q.dtype)
+    out = F.scaled_dot_product_attention(q, ke, ve, attn_mask=mask, scale=scale)
+    return out.transpose(1, 2).contiguous()
+
+
+def _gather_attention(q, ke, ve, block_mask, block_size, scale, allowed_tok, additive):
+    """Per query block, gather only the selected key blocks and attend to them (sparse cost)."""
+    b, h, n, d = q.shape
+    dv = ve.shape[-1]
+    B = block_size
+    nb = _n_blocks(n, B)
+    pad = nb * B - n
+    kp = F.pad(ke, (0, 0, 0, pad)).reshape(b, h, nb, B, d)
+    vp = F.pad(ve, (0, 0, 0, pad)).reshape(b, h, nb, B, dv)
+    pos = torch.arange(nb * B, device=q.device).reshape(nb, B)
+    if allowed_tok is not None:
+        allowed_tok = F.pad(allowed_tok, (0, pad), value=False)
+        if additive is not None:
+            additive = F.pad(additive, (0, pad))
+    out = torch.empty(b, h, n, dv, dtype=q.dtype, device=q.device)
+    for i in range(nb):
+        q0, q1 = i * B, min((i + 1) * B, n)
+        sel = block_mask[:, :, i, : i + 1]
+        cnt = int(sel.sum(-1).max())
+        idx = sel.to(torch.float32).topk(cnt, dim=-1).indices  # [b, h, cnt]
+        valid = sel.gather(-1, idx)
+        kk = kp.gather(2, idx[..., None, None].expand(b, h, cnt, B, d)).reshape(b, h, cnt * B, d)
+        vv = vp.gather(2, idx[..., None, None].expand(b, h, cnt, B, dv)).reshape(b, h, cnt * B, dv)
+        kpos = pos[idx].reshape(b, h, 1, cnt * B)
+        qpos = torch.arange(q0, q1, device=q.device)[:, None]
+        allowed = (valid[..., None].expand(b, h, cnt, B).reshape(b, h, 1, cnt * B)) & (kpos <= qpos)
+        add = None
+        if allowed_tok is not None:
+            cols = kpos.expand(b, h, q1 - q0, cnt * B)
+            rows = allowed_tok[:, :, q0:q1].expand(b, h, q1 - q0, nb * B)
+            allowed = allowed & rows.gather(-1, cols)
+            if additive is not None:
+                add = additive[:, :, q0:q1].expand(b, h, q1 - q0, nb * B).gather(-1, cols)
+        mask = _finish_mask(allowed, kpos == qpos, add, q.dtype)
+        out[:, :, q0:q1] = F.scaled_dot_product_attention(q[:, :, q0:q1], kk, vv, attn_mask=mask, scale=scale)
     return out.transpose(1, 2).contiguous()
 
 
