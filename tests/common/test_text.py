@@ -177,3 +177,29 @@ def test_builder_errors():
         kv_retrieval_prompts(tok, 200, 1, seed=0, n_facts=0)
     with pytest.raises(TypeError, match="context_tokens"):
         needle_prompts(tok, 200.0, 1, seed=0)
+
+
+def test_plant_in_haystack_places_inserts():
+    tok = WordTokenizer()
+    prompt, depths, n_tok = text.plant_in_haystack(
+        tok,
+        300,
+        [("Alpha beta gamma.", 0.2), ("Delta epsilon.", 0.8)],
+        seed=4,
+        head="Head.\n\n",
+        tail="\n\nEnd",
+    )
+    assert prompt.startswith("Head.\n\n") and prompt.endswith("\n\nEnd")
+    assert n_tok == count_tokens(tok, prompt) <= 300
+    assert prompt.index("Alpha beta gamma.") < prompt.index("Delta epsilon.")
+    assert abs(depths[0] - 0.2) < 0.1 and abs(depths[1] - 0.8) < 0.1
+    assert (prompt, depths, n_tok) == text.plant_in_haystack(
+        tok,
+        300,
+        [("Alpha beta gamma.", 0.2), ("Delta epsilon.", 0.8)],
+        seed=4,
+        head="Head.\n\n",
+        tail="\n\nEnd",
+    )
+    with pytest.raises(ValueError, match="depths"):
+        text.plant_in_haystack(tok, 300, [("x", 2.0)], seed=0)

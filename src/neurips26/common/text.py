@@ -56,6 +56,7 @@ __all__ = [
     "kv_retrieval_prompts",
     "needle_prompts",
     "normalize_answer",
+    "plant_in_haystack",
 ]
 
 SOURCES = ("kjv", "fortunes")
@@ -295,25 +296,21 @@ def _values(rng: random.Random, n: int) -> list[str]:
     return [str(v) for v in rng.sample(range(1000, 10000), n)]
 
 
-def _build(
+def _plant(
     tokenizer: Any,
     context_tokens: int,
     rng: random.Random,
-    facts: list[tuple[str, str, float]],
-    query: int,
-    kind: str,
-    instruction: str,
+    inserts: list[tuple[str, float]],
+    head: str,
+    tail: str,
     source: str,
-) -> RetrievalPrompt:
-    """Fill ``context_tokens`` with corpus units and plant ``facts`` at their depths."""
-    key, value, _ = facts[query]
-    head = instruction + "\n\n"
-    tail = _question(key)
-    fixed = count_tokens(tokenizer, head + " ".join(_fact(k, v) for k, v, _ in facts) + tail)
+) -> tuple[str, tuple[float, ...], int]:
+    """Fill ``context_tokens`` with corpus clauses and plant ``inserts`` at their relative depths."""
+    fixed = count_tokens(tokenizer, head + " ".join(text for text, _ in inserts) + tail)
     budget = context_tokens - fixed
     if budget < 1:
         raise ValueError(
-            f"context_tokens={context_tokens} is too small: the instruction, facts and question "
+            f"context_tokens={context_tokens} is too small: the instruction, planted text and question "
             f"alone take {fixed} tokens"
         )
     units = _clauses(source)
@@ -337,26 +334,29 @@ def _build(
             words = words[: max(len(words) // 2, len(words) - 8)] if len(words) > 1 else []
         if words:
             filler, lengths = [" ".join(words)], [count_tokens(tokenizer, " " + " ".join(words))]
-            used = lengths[0]
     # cumulative token offsets of unit boundaries: slot j = before unit j
     offsets = [0]
     for n_tok in lengths:
         offsets.append(offsets[-1] + n_tok)
     total = max(offsets[-1], 1)
     slots: dict[int, list[int]] = {}
-    placed: list[tuple[str, str, float]] = []
-    for idx, (k, v, depth) in enumerate(facts):
+    placed: list[float] = []
+    for idx, (_, depth) in enumerate(inserts):
         slot = min(range(len(offsets)), key=lambda j: abs(offsets[j] / total - depth))
         slots.setdefault(slot, []).append(idx)
-        placed.append((k, v, offsets[slot] / total if offsets[-1] else 0.0))
-    pieces: list[str] = []
-    for j in range(len(filler) + 1):
-        pieces.extend(_fact(facts[idx][0], facts[idx][1]) for idx in slots.get(j, []))
-        if j < len(filler):
-            pieces.append(filler[j])
-    prompt = head + " ".join(pieces) + tail
+        placed.append(offsets[slot] / total if offsets[-1] else 0.0)
+
+    def assemble() -> str:
+        pieces: list[str] = []
+        for j in range(len(filler) + 1):
+            pieces.extend(inserts[idx][0] for idx in slots.get(j, []))
+            if j < len(filler):
+                pieces.append(filler[j])
+        return head + " ".join(pieces) + tail
+
+    prompt = assemble()
     n_tokens = count_tokens(tokenizer, prompt)
-    # BPE merges at joins may shift the count by a few tokens: trim filler far from the facts
+    # BPE merges at joins may shift the count by a few tokens: trim filler far from the inserts
     while n_tokens > context_tokens and filler:
         far = max(
             (j for j in range(len(filler)) if j not in slots and j + 1 not in slots),
@@ -364,13 +364,74 @@ def _build(
         )
         del filler[far]
         slots = {(s - 1 if s > far else s): v for s, v in slots.items()}
-        pieces = []
-        for j in range(len(filler) + 1):
-            pieces.extend(_fact(facts[idx][0], facts[idx][1]) for idx in slots.get(j, []))
-            if j < len(filler):
-                pieces.append(filler[j])
-        prompt = head + " ".join(pieces) + tail
+        prompt = assemble()
         n_tokens = count_tokens(tokenizer, prompt)
+    return prompt, tuple(placed), n_tokens
+
+
+def plant_in_haystack(
+    tokenizer: Any,
+    context_tokens: int,
+    inserts: Any,
+    seed: int,
+    head: str = "",
+    tail: str = "",
+    source: str = "kjv",
+) -> tuple[str, tuple[float, ...], int]:
+    """Plant arbitrary sentences in real filler text: the building block of the prompt builders.
+
+    The prompt is ``head + filler-with-inserts + tail`` and holds at most ``context_tokens`` tokens;
+    filler clauses come in corpus order from a seed-chosen start, and each insert goes to the clause
+    boundary nearest its relative depth.
+
+    Parameters
+    ----------
+    tokenizer : object
+        Anything with ``encode(text)``.
+    context_tokens : int
+        Token budget of the whole prompt (``>= 16``).
+    inserts : sequence of (str, float)
+        Sentences and their relative depths in ``[0, 1]``.
+    seed : int
+        Chooses the filler passage.
+    head, tail : str
+        Text before and after the filler (e.g. an instruction and a question).
+    source : {"kjv", "fortunes"}
+
+    Returns
+    -------
+    (str, tuple of float, int)
+        The prompt, the snapped depth of every insert, and the prompt's token count.
+    """
+    check_int("context_tokens", context_tokens, low=16)
+    check_int("seed", seed, low=0)
+    check_choice("source", source, SOURCES)
+    inserts = [(str(t), check_float("depths", d, 0.0, 1.0)) for t, d in inserts]
+    return _plant(tokenizer, context_tokens, random.Random(f"plant-{seed}"), inserts, head, tail, source)
+
+
+def _build(
+    tokenizer: Any,
+    context_tokens: int,
+    rng: random.Random,
+    facts: list[tuple[str, str, float]],
+    query: int,
+    kind: str,
+    instruction: str,
+    source: str,
+) -> RetrievalPrompt:
+    """Fill ``context_tokens`` with corpus units and plant ``facts`` at their depths."""
+    key, value, _ = facts[query]
+    prompt, depths, n_tokens = _plant(
+        tokenizer,
+        context_tokens,
+        rng,
+        [(_fact(k, v), d) for k, v, d in facts],
+        instruction + "\n\n",
+        _question(key),
+        source,
+    )
+    placed = tuple((k, v, d) for (k, v, _), d in zip(facts, depths))
     return RetrievalPrompt(
         prompt=prompt,
         answer=value,
@@ -378,7 +439,7 @@ def _build(
         key=key,
         n_tokens=n_tokens,
         kind=kind,
-        facts=tuple(placed),
+        facts=placed,
     )
 
 
