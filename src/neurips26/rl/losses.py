@@ -121,7 +121,10 @@ def group_advantages(
             if group_size > 1
             else torch.zeros_like(grouped[:, :1])
         )
-        centred = centred / (std + eps)
+        denom = std + eps
+        # A group with identical rewards has zero centred rewards; keep its advantages at exactly 0
+        # even when eps = 0 (0 / 0 would be NaN).
+        centred = torch.where(denom > 0, centred / denom.clamp(min=torch.finfo(centred.dtype).tiny), 0.0)
     return centred.reshape(-1)
 
 
