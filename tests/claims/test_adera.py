@@ -24,7 +24,7 @@ def test_smoke_structure_and_determinism(tmp_path):
     info = first["info"][0]
     assert info["simulator"]["assumptions"]["network"]["bandwidth_Bps_per_gpu"] > 0
     assert set(info["simulator"]["by_P"]) == {"8", "16", "32", "64", "128"}
-    assert info["codec_benchmark"]["codec_over_clone"] > 0
+    assert all(b["codec_over_clone"] > 0 for b in info["codec_benchmark"].values())
     assert "decision_s_mean" in info["adaptive_decision"]["gpu_like"]
     # training and every byte count are deterministic for a seed (timings are not metrics)
     assert first["metrics"] == second["metrics"]

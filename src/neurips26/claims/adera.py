@@ -152,6 +152,23 @@ def _adaptive_probe(wrapper: ShardedMoEWrapper, comm: _Comm) -> dict[str, Any]:
         models["measured"] = CostModel.measure(wrapper.group, sizes=(2**12, 2**16, 2**19))
     out["measure_s"] = time.perf_counter() - t0
     out["cost_models"] = {k: {"alpha_s": v.alpha, "bandwidth_Bps": v.bandwidth} for k, v in models.items()}
+    # the same decision if encode/decode ran at an assumed GPU codec throughput (simulator default)
+    gpu_codec = {}
+    for key, src in wrapper.states.items():
+        shard_bytes = src.numel * torch.empty(0, dtype=src.dtype).element_size()
+        t_enc = shard_bytes / DEFAULT_CODECS["adera_tput"]
+        gpu_codec[key] = CostModel().should_compress(
+            src.numel * src.world_size,
+            min(max(src.ema_rate or 0.0, 0.0), 1.0),
+            t_enc,
+            t_enc * src.world_size,
+            world_size=src.world_size,
+            dtype=src.dtype,
+        )
+    out["gpu_like_network_and_codec"] = {
+        "compress": gpu_codec,
+        "assumed_codec_Bps": DEFAULT_CODECS["adera_tput"],
+    }
     for name, cm in models.items():
         decisions, times = {}, []
         for key, src in wrapper.states.items():
@@ -239,7 +256,7 @@ def _run_gloo(config: dict, seed: int, data: torch.Tensor) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------
 # codec benchmark and simulator projections
 # ---------------------------------------------------------------------------------------------
-def _bench_codec(numel: int, change_rate: float, seed: int, repeats: int = 25) -> dict[str, float]:
+def _bench_codec(numel: int, change_rate: float, seed: int, repeats: int = 40) -> dict[str, float]:
     """Best-of-``repeats`` encode+decode time of one bf16 shard vs ``tensor.clone()`` (1 thread)."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -344,7 +361,8 @@ def _run(config: dict, seed: int) -> SeedResult:
         metrics["final_loss"][arm] = float(np.mean(r["losses"][-5:]))
     rates = [x for x in ada["rates"][start:] if not math.isnan(x)]
     post_rate = float(np.mean(rates)) if rates else float("nan")
-    bench = _bench_codec(config["bench_numel"], post_rate if rates else 0.01, seed)
+    bench_rate = post_rate if rates else 0.01
+    bench = {f"numel_{n}": _bench_codec(n, bench_rate, seed) for n in sorted({2**16, config["bench_numel"]})}
     proj = _projections(
         post_rate if rates else 0.01,
         metrics["compression_ratio"]["zlib"],

@@ -15,12 +15,13 @@ integer ``u``::
 
     s = u >> (B - 1),   e = (u >> M) & (2**E - 1),   f = u & (2**M - 1)
 
-bf16 (E=8, M=7): ``sm = s << 7 | f`` is one byte, so the wire carries 8 of 16 bits.
+bf16 (E=8, M=7): the 16-bit word is rotated left by one bit, ``w = e << 8 | f << 1 | s``, so the
+exponent is the high byte and ``sm = f << 1 | s`` the low byte: the wire carries 8 of 16 bits.
 fp16 (E=5, M=10): 11 sign+mantissa bits, sent as the low mantissa byte plus three bit planes
-(11/16 of the raw size). fp32 (E=8, M=23): three sign+mantissa bytes (24 of 32 bits). Every
-operation is an integer bit operation on ``uint8`` views of the tensor's bytes, so NaN payloads,
-+-0, +-inf and subnormals survive unchanged. The implementation assumes a little-endian host
-(checked at import).
+``(s, f9, f8)`` (11/16 of the raw size). fp32 (E=8, M=23): the 32-bit word rotated the same way;
+three sign+mantissa bytes per element (24 of 32 bits). Every operation is a vectorised integer op
+on int16/int32/uint8 views of the tensor (no Python loop over elements), so NaN payloads, +-0, +-inf
+and subnormals survive unchanged. The implementation assumes a little-endian host (checked at import).
 
 Wire modes (one per shard and call, the smallest payload wins)
 --------------------------------------------------------------
@@ -87,6 +88,7 @@ if sys.byteorder != "little":  # pragma: no cover - every supported platform is 
     raise ImportError("neurips26.distributed.adera assumes a little-endian host")
 
 __all__ = [
+    "AdERAAllGather",
     "AdERAConfig",
     "AdERAState",
     "CostModel",
@@ -1279,6 +1281,88 @@ def emulate_all_gather(
     return outs
 
 
+try:  # FSDP2's pluggable all-gather (torch >= 2.8); private module path, so guarded
+    from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather as _FSDPAllGather
+except ImportError:  # pragma: no cover - older torch
+    _FSDPAllGather = object
+
+
+class AdERAAllGather(_FSDPAllGather):
+    """AdERA as FSDP2's all-gather: ``fsdp_module.set_custom_all_gather(AdERAAllGather())``.
+
+    FSDP2 (``torch.distributed.fsdp.fully_shard``) gathers each FSDP module's parameters as one flat
+    buffer (``output [P * m]``, ``input [m]`` aliasing this rank's slot of the output); one instance
+    per FSDP module keeps that buffer's :class:`AdERAState`. Buffers that are not bf16/fp16/fp32
+    (FSDP byte-views mixed-dtype groups as uint8) fall back to the plain all-gather. Forward and
+    backward re-gathers (``reshard_after_forward=True``) both go through AdERA; the backward one sees
+    unchanged exponents.
+
+    Parameters
+    ----------
+    config : AdERAConfig, optional
+    cost_model : CostModel, optional
+    """
+
+    def __init__(self, config: AdERAConfig | None = None, cost_model: CostModel | None = None) -> None:
+        self.config = config or AdERAConfig()
+        self.cost_model = cost_model
+        self.state: AdERAState | None = None
+
+    def allocate(self, size: Sequence[int], *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        return torch.empty(*size, dtype=dtype, device=device)
+
+    def __call__(
+        self, output_tensor: torch.Tensor, input_tensor: torch.Tensor, group: Any, async_op: bool = False
+    ) -> Any:
+        if input_tensor.dtype not in _DTYPES:  # FSDP's uint8 view of mixed-dtype groups: plain gather
+            work = _Comm(group).all_gather(output_tensor, input_tensor, async_op=async_op)
+            return work if async_op else None
+        world = _Comm(group).world_size
+        st = self.state
+        if st is None or st.numel != input_tensor.numel() or st.dtype != input_tensor.dtype:
+            st = self.state = AdERAState(
+                self.config,
+                input_tensor.numel(),
+                input_tensor.dtype,
+                world,
+                cost_model=self.cost_model,
+                device=input_tensor.device,
+            )
+        return adera_all_gather(output_tensor, input_tensor, group, state=st, async_op=async_op)
+
+
+def _fsdp2_losses(use_adera: bool, steps: int, seed: int) -> tuple[list[float], dict[str, Any]]:
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(16, 64), nn.Tanh(), nn.Linear(64, 16))
+    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    gathers = []
+    for layer in (model[0], model[2]):
+        fully_shard(layer, mesh=mesh, mp_policy=policy)
+        if use_adera:
+            ag = AdERAAllGather(AdERAConfig(warmup_iters=1, warmup="fixed", adaptive=False, verify=True))
+            layer.set_custom_all_gather(ag)
+            gathers.append(ag)
+    fully_shard(model, mesh=mesh, mp_policy=policy)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    g = torch.Generator().manual_seed(seed + dist.get_rank())
+    losses = []
+    for _ in range(steps):
+        x = torch.randn(8, 16, generator=g)
+        loss = (model(x).float() - x).pow(2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        t = loss.detach().clone()
+        dist.all_reduce(t)
+        losses.append(float(t))
+    modes = [ag.state.mode_history for ag in gathers if ag.state is not None]
+    return losses, {"modes": modes}
+
+
 def _self_check_worker(rank: int, world_size: int, port: int, spec: dict[str, Any], path: str) -> None:
     torch.set_num_threads(1)
     os.environ["MASTER_ADDR"] = "127.0.0.1"
@@ -1302,18 +1386,20 @@ def _self_check_worker(rank: int, world_size: int, port: int, spec: dict[str, An
                 handle.wait()
             dist.all_gather_into_tensor(ref, mine)
             exact.append(_bitwise_equal(out, ref) and _bitwise_equal(out, low))
+        result = {
+            "exact": exact,
+            "modes": state.mode_history,
+            "bytes_wire": state.bytes_wire,
+            "bytes_raw": state.bytes_raw,
+            "change_rate": state.change_rate_history,
+        }
+        if spec["fsdp2_steps"]:
+            plain, _ = _fsdp2_losses(False, spec["fsdp2_steps"], spec["seed"])
+            ada, extra = _fsdp2_losses(True, spec["fsdp2_steps"], spec["seed"])
+            result["fsdp2"] = {"plain_losses": plain, "adera_losses": ada, **extra}
         if rank == 0:
             with open(path, "w") as f:
-                json.dump(
-                    {
-                        "exact": exact,
-                        "modes": state.mode_history,
-                        "bytes_wire": state.bytes_wire,
-                        "bytes_raw": state.bytes_raw,
-                        "change_rate": state.change_rate_history,
-                    },
-                    f,
-                )
+                json.dump(result, f)
     finally:
         dist.destroy_process_group()
 
@@ -1327,13 +1413,16 @@ def gloo_self_check(
     config: dict[str, Any] | None = None,
     step: float = 1e-3,
     seed: int = 0,
+    fsdp2_steps: int = 0,
 ) -> dict[str, Any]:
     """Spawn ``world_size`` gloo processes on 127.0.0.1 and compare AdERA with ``all_gather_into_tensor``.
 
     Each of ``iters`` calls perturbs an fp32 master vector by ``N(0, step^2)``, casts it to ``dtype``
     and gathers each rank's shard of ``numel`` elements both ways (every other call with
-    ``async_op=True``). Returns rank 0's ``{"exact": [bool per call], "modes", "bytes_wire",
-    "bytes_raw", "change_rate"}``.
+    ``async_op=True``). With ``fsdp2_steps > 0`` it also trains a 2-layer MLP with FSDP2
+    (``fully_shard``, bf16 params) for that many steps twice, with the default all-gather and with
+    :class:`AdERAAllGather`, and returns both loss curves under ``"fsdp2"``. Returns rank 0's
+    ``{"exact": [bool per call], "modes", "bytes_wire", "bytes_raw", "change_rate"[, "fsdp2"]}``.
     """
     import tempfile
 
@@ -1352,7 +1441,16 @@ def gloo_self_check(
         **(config or {}),
     }
     AdERAConfig(**cfg)  # validate before spawning
-    spec = {"numel": numel, "dtype": dtype, "config": cfg, "iters": iters, "step": step, "seed": seed}
+    check_int("fsdp2_steps", fsdp2_steps, low=0)
+    spec = {
+        "numel": numel,
+        "dtype": dtype,
+        "config": cfg,
+        "iters": iters,
+        "step": step,
+        "seed": seed,
+        "fsdp2_steps": fsdp2_steps,
+    }
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
