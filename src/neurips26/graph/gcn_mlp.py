@@ -537,7 +537,10 @@ def step_memory_bytes(model: nn.Module, data: Data) -> int:
     """
     seen: dict[int, int] = {}
 
+    alive: list[Tensor] = []  # keep every saved tensor alive so freed addresses are never reused
+
     def pack(t: Tensor):
+        alive.append(t)
         try:
             st = t.untyped_storage()
             seen[st.data_ptr()] = max(seen.get(st.data_ptr(), 0), st.nbytes())

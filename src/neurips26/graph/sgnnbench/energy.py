@@ -232,7 +232,10 @@ def peak_memory(fn: Callable, *args, device: str = "cpu", **kwargs) -> int:
         return int(torch.cuda.max_memory_allocated() - base)
     seen: dict[int, int] = {}
 
+    alive: list[Tensor] = []  # keep every saved tensor alive so freed addresses are never reused
+
     def pack(t: Tensor):
+        alive.append(t)
         try:
             st = t.untyped_storage()
             seen[st.data_ptr()] = max(seen.get(st.data_ptr(), 0), st.nbytes())
