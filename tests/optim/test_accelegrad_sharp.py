@@ -11,7 +11,13 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from neurips26.claims.accelegrad_sharp import _fit_slope, _log_marks, _quadratic_run, accelegrad_numpy, quadratic
+from neurips26.claims.accelegrad_sharp import (
+    _fit_slope,
+    _log_marks,
+    _quadratic_run,
+    accelegrad_numpy,
+    quadratic,
+)
 from neurips26.optim.accelegrad_sharp import (
     AcceleGrad,
     AcceleGradSharp,
@@ -56,7 +62,9 @@ def test_hand_computed_diag_clipped_lmo_step():
     # diag anchor: eta = (1, 1/4) -> z1 = x0 - eta * g = (0, 0); x2 = z1 (tau_1 = 1)
     assert torch.allclose(x.detach(), torch.zeros(2, dtype=torch.float64), atol=1e-12)
     # branch: ||g||_2 = sqrt(17) > rho = 1 -> y1 = x0 + (1/sqrt 17) * 1 * (-g/sqrt 17) = x0 - g/17
-    assert torch.allclose(opt.state[x]["y"], torch.tensor([16 / 17, 13 / 17], dtype=torch.float64), atol=1e-12)
+    assert torch.allclose(
+        opt.state[x]["y"], torch.tensor([16 / 17, 13 / 17], dtype=torch.float64), atol=1e-12
+    )
 
 
 def test_matches_numpy_transcription_of_accelegrad():
@@ -83,8 +91,17 @@ def test_accelerated_rate_slope_on_convex_quadratic():
     marks = _log_marks(steps, 30)
     gaps = _quadratic_run(lambda x: AcceleGrad([x], lr=lr), a, b, fstar, steps, (d,), marks, "avg")
     gd = _quadratic_run(
-        lambda x: AcceleGradSharp([x], lr=lr, anchor="scalar", geometry="euclidean", alpha_schedule="constant"),
-        a, b, fstar, steps, (d,), marks, "x")
+        lambda x: AcceleGradSharp(
+            [x], lr=lr, anchor="scalar", geometry="euclidean", alpha_schedule="constant"
+        ),
+        a,
+        b,
+        fstar,
+        steps,
+        (d,),
+        marks,
+        "x",
+    )
     assert _fit_slope(gaps, 100, steps, marks) <= -1.6
     assert _fit_slope(gd, 100, steps, marks) > -1.3  # non-accelerated AdaGrad-norm GD is slower
 
@@ -124,7 +141,8 @@ def test_spectral_lmo_matches_svd(shape):
     cos = (approx * exact).sum() / (approx.norm() * exact.norm())
     assert cos > 0.95
     assert float(dual_norm(g, "spectral", ns_steps=30, coefficients="cubic")) == pytest.approx(
-        scale * float(s.sum()), rel=1e-8)
+        scale * float(s.sum()), rel=1e-8
+    )
 
 
 def _primal_norm(v, norm):
@@ -141,8 +159,12 @@ def _primal_norm(v, norm):
 
 
 @settings(max_examples=25, deadline=None)
-@given(seed=st.integers(0, 10_000), rows=st.integers(2, 6), cols=st.integers(2, 6),
-       norm=st.sampled_from(["sign", "l2", "rownorm", "colnorm", "spectral"]))
+@given(
+    seed=st.integers(0, 10_000),
+    rows=st.integers(2, 6),
+    cols=st.integers(2, 6),
+    norm=st.sampled_from(["sign", "l2", "rownorm", "colnorm", "spectral"]),
+)
 def test_oracle_identities(seed, rows, cols, norm):
     g = torch.randn(rows, cols, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
     kw = {"ns_steps": 40, "coefficients": "cubic"}
@@ -158,8 +180,18 @@ def test_oracle_identities(seed, rows, cols, norm):
 
 def _one_step(geometry, g, radius=1.0, lr_y=0.3):
     x = torch.zeros(4, 3, dtype=torch.float64, requires_grad=True)
-    opt = AcceleGradSharp([x], lr=1.0, lr_y=lr_y, anchor="diag", geometry=geometry, norm="spectral",
-                          radius=radius, ns_steps=40, ns_coefficients="cubic", G=1e-12)
+    opt = AcceleGradSharp(
+        [x],
+        lr=1.0,
+        lr_y=lr_y,
+        anchor="diag",
+        geometry=geometry,
+        norm="spectral",
+        radius=radius,
+        ns_steps=40,
+        ns_coefficients="cubic",
+        G=1e-12,
+    )
     x.grad = g.clone()
     opt.step()
     return opt.state[x]["y"].clone()
@@ -211,8 +243,9 @@ def test_zero_gradient_gives_no_nan_and_no_movement(geometry, anchor):
 
 def _mixed_model():
     torch.manual_seed(0)
-    return torch.nn.ModuleDict({"emb": torch.nn.Embedding(10, 6), "lin": torch.nn.Linear(6, 5),
-                                "head": torch.nn.Linear(5, 3)})
+    return torch.nn.ModuleDict(
+        {"emb": torch.nn.Embedding(10, 6), "lin": torch.nn.Linear(6, 5), "head": torch.nn.Linear(5, 3)}
+    )
 
 
 def _loss(model, idx):
@@ -222,8 +255,10 @@ def _loss(model, idx):
 def test_mixed_param_groups_auto_and_parameters_without_grad_are_skipped():
     model = _mixed_model()
     unused = torch.nn.Parameter(torch.randn(4))
-    groups = [{"params": [model["lin"].weight, model["lin"].bias, model["head"].bias, unused]},
-              {"params": [model["emb"].weight, model["head"].weight], "norm": "sign", "radius": 2.0}]
+    groups = [
+        {"params": [model["lin"].weight, model["lin"].bias, model["head"].bias, unused]},
+        {"params": [model["emb"].weight, model["head"].weight], "norm": "sign", "radius": 2.0},
+    ]
     opt = AcceleGradSharp(groups, lr=0.1)
     before = unused.detach().clone()
     idx = torch.tensor([1, 2, 3])
@@ -292,10 +327,20 @@ def test_muon_with_adamw_baseline_trains():
 
 @pytest.mark.parametrize(
     ("kwargs", "match"),
-    [({"lr": -1.0}, "lr"), ({"lr_y": 0.0}, "lr_y"), ({"radius": -0.5}, "radius"), ({"norm": "nuclear"}, "norm"),
-     ({"geometry": "newton"}, "geometry"), ({"anchor": "full"}, "anchor"), ({"G": 0.0}, "G"),
-     ({"mirror_p": 2.5}, "mirror_p"), ({"alpha_schedule": "cosine"}, "alpha_schedule"), ({"ns_steps": 0}, "ns_steps"),
-     ({"eval_point": "z"}, "eval_point"), ({"weight_decay": -1e-3}, "weight_decay")],
+    [
+        ({"lr": -1.0}, "lr"),
+        ({"lr_y": 0.0}, "lr_y"),
+        ({"radius": -0.5}, "radius"),
+        ({"norm": "nuclear"}, "norm"),
+        ({"geometry": "newton"}, "geometry"),
+        ({"anchor": "full"}, "anchor"),
+        ({"G": 0.0}, "G"),
+        ({"mirror_p": 2.5}, "mirror_p"),
+        ({"alpha_schedule": "cosine"}, "alpha_schedule"),
+        ({"ns_steps": 0}, "ns_steps"),
+        ({"eval_point": "z"}, "eval_point"),
+        ({"weight_decay": -1e-3}, "weight_decay"),
+    ],
 )
 def test_bad_hyperparameters(kwargs, match):
     with pytest.raises(ValueError, match=match):

@@ -88,7 +88,9 @@ _MUON_COEFFS = (3.4445, -4.7750, 2.0315)
 _CUBIC_COEFFS = (1.5, -0.5, 0.0)
 
 
-def polar_newton_schulz(g: Tensor, steps: int = 5, coefficients: str | tuple = "muon") -> Tensor:
+def polar_newton_schulz(
+    g: Tensor, steps: int = 5, coefficients: str | tuple = "muon", dtype: torch.dtype | None = None
+) -> Tensor:
     r"""Approximate polar factor :math:`UV^\top` of a matrix by Newton--Schulz iterations.
 
     The matrix is scaled by its Frobenius norm (so all singular values are in ``(0, 1]``), then
@@ -97,13 +99,16 @@ def polar_newton_schulz(g: Tensor, steps: int = 5, coefficients: str | tuple = "
     Parameters
     ----------
     g : Tensor
-        Shape ``(m, n)``. Computed in float32 (float64 inputs stay float64).
+        Shape ``(m, n)``. Any floating dtype (see ``dtype``).
     steps : int, default 5
         Number of iterations (>= 1).
     coefficients : {"muon", "cubic"} or tuple of 3 floats
         ``"muon"``: the quintic (3.4445, -4.7750, 2.0315) of Muon/Scion, fast but only approximately
         orthogonal (singular values end in roughly [0.7, 1.2]); ``"cubic"``: the classical
         (1.5, -0.5, 0) iteration, which converges to the exact polar factor (needs more steps).
+    dtype : torch.dtype, optional
+        Working precision. Default: float64 inputs stay float64, everything else runs in bfloat16
+        (as Muon does; ~3x faster on CPUs with bf16 matrix units).
 
     Returns
     -------
@@ -118,7 +123,8 @@ def polar_newton_schulz(g: Tensor, steps: int = 5, coefficients: str | tuple = "
             check_choice("coefficients", coefficients, ("muon", "cubic"))
         ]
     a, b, c = (float(v) for v in coefficients)
-    dtype = torch.float64 if g.dtype == torch.float64 else torch.float32
+    if dtype is None:
+        dtype = torch.float64 if g.dtype == torch.float64 else torch.bfloat16
     x = g.to(dtype)
     transposed = x.shape[0] > x.shape[1]
     if transposed:
@@ -278,9 +284,19 @@ class AcceleGradSharp(torch.optim.Optimizer):
         mirror_p: float = 1.5,
     ) -> None:
         defaults = dict(
-            lr=lr, lr_y=lr if lr_y is None else lr_y, anchor=anchor, geometry=geometry, norm=norm,
-            radius=radius, G=G, alpha_schedule=alpha_schedule, alpha=alpha, ns_steps=ns_steps,
-            ns_coefficients=ns_coefficients, weight_decay=weight_decay, eval_point=eval_point,
+            lr=lr,
+            lr_y=lr if lr_y is None else lr_y,
+            anchor=anchor,
+            geometry=geometry,
+            norm=norm,
+            radius=radius,
+            G=G,
+            alpha_schedule=alpha_schedule,
+            alpha=alpha,
+            ns_steps=ns_steps,
+            ns_coefficients=ns_coefficients,
+            weight_decay=weight_decay,
+            eval_point=eval_point,
             mirror_p=mirror_p,
         )
         self._validate(defaults)
@@ -375,8 +391,12 @@ class AcceleGradSharp(torch.optim.Optimizer):
                 else:
                     norm = _resolve_norm(group["norm"], g)
                     if geometry == "mirror":
-                        dual = g.double().abs().pow(group["mirror_p"] / (group["mirror_p"] - 1)).sum().pow(
-                            (group["mirror_p"] - 1) / group["mirror_p"]
+                        dual = (
+                            g.double()
+                            .abs()
+                            .pow(group["mirror_p"] / (group["mirror_p"] - 1))
+                            .sum()
+                            .pow((group["mirror_p"] - 1) / group["mirror_p"])
                         )
                     else:
                         direction, dual = _lmo_and_dual(g, norm, group["ns_steps"], group["ns_coefficients"])
@@ -451,8 +471,9 @@ class AcceleGrad(AcceleGradSharp):
         for key in ("anchor", "geometry"):
             if key in kwargs:
                 raise TypeError(f"AcceleGrad fixes {key!r}; use AcceleGradSharp to change it")
-        super().__init__(params, lr=lr, anchor="scalar", geometry="euclidean", G=G, eval_point=eval_point,
-                         **kwargs)
+        super().__init__(
+            params, lr=lr, anchor="scalar", geometry="euclidean", G=G, eval_point=eval_point, **kwargs
+        )
 
 
 class _Combined(torch.optim.Optimizer):
@@ -487,7 +508,10 @@ class _Combined(torch.optim.Optimizer):
 
 
 def muon_with_adamw(
-    named_params, lr: float = 0.02, adamw_lr: float = 1e-3, weight_decay: float = 0.0,
+    named_params,
+    lr: float = 0.02,
+    adamw_lr: float = 1e-3,
+    weight_decay: float = 0.0,
     exclude: tuple[str, ...] = ("embed", "lm_head", "head"),
 ) -> torch.optim.Optimizer:
     """The spectral baseline: :class:`torch.optim.Muon` for hidden 2-D weights, AdamW for the rest.
@@ -513,7 +537,9 @@ def muon_with_adamw(
         (matrices if p.ndim == 2 and not any(e in name for e in exclude) else others).append(p)
     opts: list[torch.optim.Optimizer] = []
     if matrices:
-        opts.append(torch.optim.Muon(matrices, lr=lr, weight_decay=weight_decay, adjust_lr_fn="match_rms_adamw"))
+        opts.append(
+            torch.optim.Muon(matrices, lr=lr, weight_decay=weight_decay, adjust_lr_fn="match_rms_adamw")
+        )
     if others:
         opts.append(torch.optim.AdamW(others, lr=adamw_lr, weight_decay=weight_decay))
     return _Combined(opts)
