@@ -282,7 +282,7 @@ def test_config_validation():
 
 @pytest.mark.parametrize("force_codec", [False, True])
 def test_single_process_fallback_returns_input(force_codec):
-    cfg = AdERAConfig(warmup_iters=1, warmup="fixed", adaptive=False, force_codec=force_codec)
+    cfg = AdERAConfig(warmup_iters=1, warmup="fixed", force_codec=force_codec)
     x = (torch.randn(300) * 0.02).to(torch.bfloat16)
     state = AdERAState(cfg, 300, torch.bfloat16, 1)
     for it in range(4):

@@ -983,7 +983,7 @@ class AdERAState:
     def _decide(self, comm: _Comm, x: torch.Tensor) -> None:
         """Adaptive decision at warm-up end and every ``reeval_every`` calls (collective when P > 1)."""
         cfg = self.config
-        if not cfg.adaptive:
+        if not cfg.adaptive or comm.world_size == 1:  # P = 1 only reaches here with force_codec
             self.compress = True
             return
         due = self.last_decision is None or self.iteration - self.last_decision >= cfg.reeval_every
