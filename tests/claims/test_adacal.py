@@ -1,0 +1,64 @@
+"""Smoke test of the AdaCal claim check (tiny config-built Llama, character tokenizer)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from neurips26.claims.adacal import CLAIM, structure_prompts
+from neurips26.claims.runner import run_claim
+from neurips26.common.text import count_tokens
+
+
+class WordTokenizer:
+    def encode(self, s, add_special_tokens=False):
+        return s.split()
+
+
+def test_structure_prompts_are_exact():
+    for p in structure_prompts(WordTokenizer(), 300, 3, seed=1):
+        tail = p["prompt"].rsplit("\n\n", 1)[1]
+        terms = [int(t) for t in tail.removeprefix("Tally: ").rstrip(",").split(", ")]
+        step = terms[1] - terms[0]
+        assert all(b - a == step for a, b in zip(terms, terms[1:]))
+        assert int(p["answer"]) == terms[-1] + step
+        for d in p["decoys"]:
+            assert f"{tail} {d}." in p["prompt"] and d != int(p["answer"])
+        assert p["n_tokens"] == count_tokens(WordTokenizer(), p["prompt"]) <= 300
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    out = tmp_path_factory.mktemp("adacal")
+    first = run_claim("adacal", "smoke", out=out, force=True)
+    second = run_claim("adacal", "smoke", out=out, force=True)
+    return first, second
+
+
+def test_smoke_structure(smoke):
+    result, _ = smoke
+    assert result["slug"] == "adacal" and result["profile"] == "smoke"
+    for crit in CLAIM.criteria:
+        assert crit.metric in result["metrics"]
+    for metric in ("worst_acc", "acc_retrieval", "acc_structure", "density"):
+        for arm in CLAIM.arms:
+            values = result["metrics"][metric][arm]
+            assert len(values) == 1 and all(math.isfinite(v) for v in values)
+    dens = result["metrics"]["density"]
+    assert dens["dense"] == [1.0]
+    for arm in ("adacal", "a_shape", "flexprefill"):
+        assert 0.0 < dens[arm][0] <= 1.0
+    assert dens["a_shape"][0] < 1.0
+    info = result["info"]
+    info = info[0] if isinstance(info, list) else info
+    assert set(info["adacal_oracle"]) == {"worst_acc", "acc_retrieval", "acc_structure", "density"}
+    assert 0.0 <= info["dispatch_accuracy"] <= 1.0
+    assert set(info["prefill_seconds"]["512"]) == {*CLAIM.arms, "adacal_oracle"}
+
+
+def test_smoke_is_deterministic(smoke):
+    first, second = smoke
+    assert first["metrics"] == second["metrics"]
+    assert first["info"][0]["accuracy_table"] == second["info"][0]["accuracy_table"]
+    assert first["info"][0]["density_table"] == second["info"][0]["density_table"]
