@@ -24,6 +24,15 @@ from neurips26.graph.gcn_mlp import (
 )
 
 
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny graphs: one intra-op thread is faster and avoids spin-waiting on a shared CPU."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="module")
 def toy():
     return csbm(120, 3, 0.3, 8, 1.5, 6.0, seed=0)

@@ -34,6 +34,15 @@ from neurips26.graph.sgnnbench import (
 from neurips26.graph.sgnnbench.energy import E_AC, E_MAC
 
 
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny graphs: one intra-op thread is faster and avoids spin-waiting on a shared CPU."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="module")
 def graph():
     return csbm(60, 3, 0.8, 6, 1.5, 5.0, seed=0)
