@@ -367,3 +367,23 @@ def test_energy_report_invariants(T, thr):
     assert 0.0 <= rep.float_share <= 1.0
     assert rep.total_joules == pytest.approx(E_AC * rep.ac_ops + E_MAC * rep.mac_ops)
     assert all(0.0 <= r <= 1.0 for r in rep.firing_rates.values())
+
+
+@pytest.mark.parametrize("conv", ["gcn", "sage"])
+def test_sgnn_sparse_adjacency_agrees(graph, conv):
+    torch.manual_seed(0)
+    model = SGNN(6, 16, 3, T=3, conv=conv).eval()
+    dense = model(graph.x, graph.edge_index)
+    for convert in (to_torch_coo_tensor, to_torch_csr_tensor):
+        assert torch.allclose(model(graph.x, convert(graph.edge_index, size=60)), dense, atol=1e-5)
+
+
+@pytest.mark.parametrize("build", [lambda: GCN(6, 8, 3, dropout=0.0), lambda: SGC(6, 3)])
+def test_ann_baselines_equivariant(graph, build):
+    torch.manual_seed(0)
+    model = build().eval()
+    perm = torch.randperm(60)
+    xp, eip = _permute(graph, perm)
+    assert torch.allclose(model(xp, eip), model(graph.x, graph.edge_index)[perm], atol=1e-5)
+    with pytest.raises(ValueError, match="in_channels=6"):
+        model(torch.randn(60, 4), graph.edge_index)
