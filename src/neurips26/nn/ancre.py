@@ -164,16 +164,14 @@ class ANCReConnector(nn.Module):
         if self._exact_residual:
             return states[k - 1]
         w = self.weights() if weights is None else weights
-        row = w[k - 1]
-        out = None
-        for j in range(k):
-            if j == 0 and k > 1 and not self.include_stem:
-                continue
-            if k > 1 and self.max_source_distance is not None and j < k - self.max_source_distance:
-                continue
-            term = row[j] * states[j]
-            out = term if out is None else out + term
-        return out
+        first = 0 if (k == 1 or self.include_stem) else 1
+        if k > 1 and self.max_source_distance is not None:
+            first = max(first, k - self.max_source_distance)
+        sources = states[first:k]
+        if len(sources) == 1:
+            return w[k - 1, first] * sources[0]
+        # one fused weighted sum over the stacked sources: (S,) x (S, *) -> (*)
+        return torch.tensordot(w[k - 1, first:k].to(sources[0].dtype), torch.stack(sources), dims=1)
 
     def forward(self, h0: Tensor, blocks: Sequence[nn.Module] | None = None) -> Tensor:
         """Run the stack: ``h0`` of shape ``(B, *)`` -> ``h_K`` of the same shape."""

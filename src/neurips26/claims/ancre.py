@@ -1,0 +1,290 @@
+"""Claim check for ANCRe: learned shortcut sources converge faster than plain and uniform-dense residuals.
+
+E1 (mechanism): a deep linear residual network fitted by full-batch gradient descent; iterations to a
+target loss. E2 (practical): a deep pre-norm MLP-ResNet on scikit-learn's digits trained with AdamW;
+area under the training-loss curve, steps to a target loss, test accuracy and per-step overhead.
+All arms share blocks (same seeded initialisation), data, batches and optimiser.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from neurips26.claims.base import Better, Claim, SeedResult
+from neurips26.nn.ancre import ANCReConnector, ANCReSequential, parameter_overhead, uniform_dense_connector
+
+METHOD = "ancre"
+BASELINES = ("plain", "uniform_dense")
+ARMS = (METHOD, *BASELINES)
+
+
+def _connector(arm: str, k: int, config: dict) -> ANCReConnector:
+    if arm == "plain":
+        return ANCReConnector.fixed_residual(k)
+    if arm == "uniform_dense":
+        return uniform_dense_connector(k)
+    return ANCReConnector(k, tau=config["tau"], init="residual", init_logit=config["init_logit"])
+
+
+def _steps_to(curve: list[float], target: float, window: int = 1) -> int:
+    """First 1-based step whose trailing mean over ``window`` steps is <= target; len+1 if never."""
+    arr = np.asarray(curve, dtype=float)
+    if window > 1:
+        arr = np.convolve(arr, np.ones(window) / window, mode="valid")
+        offset = window - 1
+    else:
+        offset = 0
+    hits = np.flatnonzero(arr <= target)
+    return int(hits[0] + 1 + offset) if hits.size else len(curve) + 1
+
+
+# ----------------------------------------------------------------------------- E1
+def _e1(arm: str, config: dict, seed: int) -> dict[str, Any]:
+    d, k, n = config["e1_dim"], config["e1_blocks"], config["e1_samples"]
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, d, generator=gen)
+    u, _ = torch.linalg.qr(torch.randn(d, d, generator=gen))
+    v, _ = torch.linalg.qr(torch.randn(d, d, generator=gen))
+    s = torch.linspace(config["e1_sigma"][0], config["e1_sigma"][1], d)
+    m = u @ torch.diag(s) @ v.T
+    y = x @ m.T
+    blocks = nn.ModuleList(nn.Linear(d, d, bias=False) for _ in range(k))
+    for b in blocks:
+        nn.init.zeros_(b.weight)
+    model = ANCReSequential(blocks, _connector(arm, k, config))
+    opt = torch.optim.SGD(model.parameters(), lr=config["e1_lr"])
+    losses = []
+    for _ in range(config["e1_iters"]):
+        opt.zero_grad()
+        loss = (model(x) - y).pow(2).mean()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+        if not math.isfinite(losses[-1]) or losses[-1] < config["e1_target"] * 1e-3:
+            break
+    losses += [losses[-1]] * (config["e1_iters"] - len(losses))
+    return {
+        "steps": _steps_to(losses, config["e1_target"]),
+        "final": losses[-1],
+        "curve": losses,
+        "topology": model.topology().tolist(),
+    }
+
+
+# ----------------------------------------------------------------------------- E2
+class _Block(nn.Module):
+    def __init__(self, width: int, hidden: int) -> None:
+        super().__init__()
+        self.net = nn.Sequential(
+            nn.LayerNorm(width), nn.Linear(width, hidden), nn.GELU(), nn.Linear(hidden, width)
+        )
+
+    def forward(self, h):
+        return self.net(h)
+
+
+class _ResNet(nn.Module):
+    def __init__(self, arm: str, config: dict, seed: int) -> None:
+        super().__init__()
+        w, k = config["e2_width"], config["e2_blocks"]
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            self.stem = nn.Linear(64, w)
+            blocks = [_Block(w, config["e2_hidden"]) for _ in range(k)]
+            self.norm = nn.LayerNorm(w)
+            self.head = nn.Linear(w, 10)
+        self.body = ANCReSequential(blocks, _connector(arm, k, config))
+
+    def forward(self, x):
+        return self.head(self.norm(self.body(self.stem(x))))
+
+
+def _e2(arm: str, config: dict, seed: int, data) -> dict[str, Any]:
+    xtr, ytr, xte, yte = data
+    model = _ResNet(arm, config, seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=config["e2_lr"], weight_decay=0.0)
+    gen = torch.Generator().manual_seed(seed + 1)
+    losses, times = [], []
+    for _ in range(config["e2_steps"]):
+        idx = torch.randint(0, len(ytr), (config["e2_batch"],), generator=gen)
+        t0 = time.perf_counter()
+        opt.zero_grad()
+        loss = nn.functional.cross_entropy(model(xtr[idx]), ytr[idx])
+        loss.backward()
+        opt.step()
+        times.append(time.perf_counter() - t0)
+        losses.append(float(loss.detach()))
+    with torch.no_grad():
+        acc = float((model(xte).argmax(1) == yte).float().mean())
+    return {
+        "auc": float(np.mean(losses)),
+        "steps": _steps_to(losses, config["e2_target"], window=20),
+        "acc": acc,
+        "curve": losses,
+        "step_ms": 1e3 * float(np.median(times[len(times) // 5 :])),
+        "params": sum(p.numel() for p in model.parameters()),
+        "overhead": parameter_overhead(model),
+        "topology": model.body.topology().tolist(),
+    }
+
+
+def _digits():
+    from neurips26.common.datasets import load_digits, train_test_split
+
+    x, y = load_digits()
+    tr, te = train_test_split(len(y), 597 / 1797, seed=0, labels=y)
+    return x[tr], y[tr], x[te], y[te]
+
+
+def run(config: dict[str, Any], seed: int) -> SeedResult:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(config["threads"])
+    try:
+        e1 = {arm: _e1(arm, config, seed) for arm in ARMS}
+        data = _digits()
+        e2 = {arm: _e2(arm, config, seed, data) for arm in ARMS}
+    finally:
+        torch.set_num_threads(threads)
+    metrics = {
+        "e1_steps_to_target": {a: float(r["steps"]) for a, r in e1.items()},
+        "e1_log10_final_loss": {a: math.log10(max(r["final"], 1e-30)) for a, r in e1.items()},
+        "e2_loss_auc": {a: r["auc"] for a, r in e2.items()},
+        "e2_steps_to_target": {a: float(r["steps"]) for a, r in e2.items()},
+        "e2_test_acc": {a: r["acc"] for a, r in e2.items()},
+    }
+    stride = max(1, config["e1_iters"] // 200)
+    curves = {
+        "e1_train_loss": {a: r["curve"][::stride] for a, r in e1.items()},
+        "e2_train_loss": {a: r["curve"][:: max(1, config["e2_steps"] // 200)] for a, r in e2.items()},
+    }
+    info = {
+        "e2_step_ms": {a: r["step_ms"] for a, r in e2.items()},
+        "e2_step_time_ratio_vs_plain": {a: r["step_ms"] / e2["plain"]["step_ms"] for a, r in e2.items()},
+        "e2_params": {a: r["params"] for a, r in e2.items()},
+        "e2_ancre_param_overhead": e2[METHOD]["overhead"],
+        "e1_learned_topology": e1[METHOD]["topology"],
+        "e2_learned_topology": e2[METHOD]["topology"],
+    }
+    return SeedResult(metrics=metrics, curves=curves, info=info)
+
+
+def plot(result: dict, folder: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, arms in result.get("curves", {}).items():
+        fig, ax = plt.subplots(figsize=(5, 3.5))
+        for arm, runs in arms.items():
+            ax.plot(np.asarray(runs[0], dtype=float), label=arm)
+        ax.set_yscale("log")
+        ax.set_title(name)
+        ax.legend()
+        path = folder / f"ancre_{name}.png"
+        fig.tight_layout()
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        paths.append(path)
+    for key in ("e1_learned_topology", "e2_learned_topology"):
+        w = np.asarray(result["info"][0][key])
+        fig, ax = plt.subplots(figsize=(4, 4))
+        ax.imshow(w, cmap="viridis")
+        ax.set_xlabel("source state j")
+        ax.set_ylabel("block k")
+        ax.set_title(key)
+        path = folder / f"ancre_{key}.png"
+        fig.tight_layout()
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+_COMMON = dict(
+    threads=1,
+    tau=1.0,
+    init_logit=3.0,
+    e1_dim=16,
+    e1_samples=2048,
+    e1_sigma=(0.5, 2.0),
+    e1_lr=0.05,
+    e1_target=1e-3,
+    e2_width=64,
+    e2_hidden=128,
+    e2_lr=1e-3,
+    e2_batch=128,
+    e2_target=0.05,
+)
+
+CLAIM = Claim(
+    slug="ancre",
+    claim=(
+        "Learning where residual shortcuts come from (softmax mixtures over earlier layers, K(K-1)/2 scalars) "
+        "accelerates convergence compared with standard residual connections, at under 1% parameter overhead."
+    ),
+    method=METHOD,
+    baselines=BASELINES,
+    criteria=(
+        Better("e1_log10_final_loss", baseline="plain", higher_is_better=False),
+        Better("e2_loss_auc", baseline="plain", higher_is_better=False),
+        Better("e2_loss_auc", baseline="uniform_dense", higher_is_better=False),
+        Better("e2_test_acc", baseline="plain", margin=-0.01),
+    ),
+    run=run,
+    configs={
+        "smoke": {
+            **_COMMON,
+            "e1_blocks": 4,
+            "e1_iters": 30,
+            "e1_samples": 256,
+            "e2_blocks": 3,
+            "e2_steps": 10,
+        },
+        "quick": {
+            **_COMMON,
+            "e1_blocks": 12,
+            "e1_iters": 300,
+            "e1_samples": 512,
+            "e2_blocks": 12,
+            "e2_steps": 200,
+        },
+        "full": {**_COMMON, "e1_blocks": 24, "e1_iters": 1500, "e2_blocks": 32, "e2_steps": 1000},
+    },
+    seeds={"smoke": (0,), "quick": (0, 1, 2), "full": (0, 1, 2)},
+    implemented=(
+        "ANCReConnector / ANCReSequential (learned softmax shortcut sources, residual init with logit 3, tau 1) vs "
+        "the exact plain residual (fixed one-hot connector) and a fixed uniform dense connector, same blocks. E1: "
+        "deep linear residual net (d=16, zero-initialised blocks, target with singular values in [0.5, 2]), "
+        "full-batch SGD lr 0.05 on blocks and logits. E2: pre-norm MLP-ResNet (width 64, hidden 128) on digits, "
+        "AdamW 1e-3, batch 128."
+    ),
+    differences=(
+        "The paper's experiments (LLM pre-training, diffusion, deep ResNets on images) are replaced by CPU-scale "
+        "E1/E2 from the spec. Full profile: E1 1,500 iterations (spec 3,000) and E2 1,000 steps (spec 3,000), 3 seeds "
+        "(spec 5), to fit the CPU budget; quick: E1 K=12 with 512 samples and 300 iterations, E2 K=12, 200 steps. "
+        "E1's criterion uses the final log10 loss (the spec's loss-vs-iteration curve) because iterations-to-1e-3 "
+        "hit the cap for every arm in a trial run, which would make the comparison a tie; iterations-to-target "
+        "is still reported. The connector's logits use the same "
+        "optimizer and lr as the blocks (the paper's exact schedule for c is not public)."
+    ),
+    data="Synthetic Gaussian inputs and a seeded random linear target (E1); scikit-learn digits, 1,200/597 split (E2).",
+    glossary={
+        "e1_steps_to_target": "first full-batch GD iteration whose MSE <= 1e-3 (iterations + 1 if never reached)",
+        "e1_log10_final_loss": "log10 of the E1 training MSE after the last iteration",
+        "e2_loss_auc": "mean mini-batch training cross-entropy over all E2 steps (area under the loss curve / steps)",
+        "e2_steps_to_target": "first step whose 20-step trailing mean training loss <= 0.05 (steps + 1 if never)",
+        "e2_test_acc": "top-1 accuracy on the 597 held-out digits after training",
+    },
+    plot=plot,
+)
