@@ -39,6 +39,7 @@ from typing import Any
 import torch
 from transformers import AttentionInterface, Cache
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from neurips26.common.checks import check_float, check_int
 from neurips26.inference.quant import (
@@ -269,6 +270,7 @@ def register_aad_attention(name: str = "adakvq_sdpa", n_probe: int = 32) -> str:
         )
 
     AttentionInterface.register(name, aad_sdpa)
+    AttentionMaskInterface.register(name, sdpa_mask)  # same (padding-aware) masks as SDPA
     return name
 
 
@@ -335,7 +337,7 @@ def allocate_bits(
     demand = (
         profile.demand(kappa)
         if isinstance(profile, AADProfile)
-        else torch.as_tensor(profile, dtype=torch.float)
+        else torch.as_tensor(profile, dtype=torch.float64)
     )
     demand = [float(v) for v in demand]
     n = len(demand)

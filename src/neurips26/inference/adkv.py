@@ -50,6 +50,7 @@ import torch
 from transformers import AttentionInterface, Cache
 from transformers.cache_utils import BaseQuantizedLayer
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from neurips26.common.checks import check_choice, check_float, check_int
 from neurips26.inference.quant import (
@@ -161,14 +162,16 @@ class ADKVState:
     dsum: torch.Tensor | None = None
     t: int = 0
 
-    def index_select(self, index: torch.Tensor) -> ADKVState:
-        sel = lambda v: None if v is None else v.index_select(0, index.to(v.device))  # noqa: E731
+    def index_select(self, index: torch.Tensor, dim: int = 0) -> ADKVState:
+        """Select along the batch dimension ``dim`` of every field."""
+        sel = lambda v: None if v is None else v.index_select(dim, index.to(v.device))  # noqa: E731
         return ADKVState(
             sel(self.z1), sel(self.a1), sel(self.log_acc), sel(self.cmax), sel(self.dsum), self.t
         )
 
-    def repeat_interleave(self, repeats: int) -> ADKVState:
-        rep = lambda v: None if v is None else v.repeat_interleave(repeats, dim=0)  # noqa: E731
+    def repeat_interleave(self, repeats: int, dim: int = 0) -> ADKVState:
+        """Repeat along the batch dimension ``dim`` of every field."""
+        rep = lambda v: None if v is None else v.repeat_interleave(repeats, dim=dim)  # noqa: E731
         return ADKVState(
             rep(self.z1), rep(self.a1), rep(self.log_acc), rep(self.cmax), rep(self.dsum), self.t
         )
@@ -416,8 +419,7 @@ class ADKVLayer(BaseQuantizedLayer):
         self.key_codes: torch.Tensor | None = None  # [B, Tq, nbytes]
         self.value_codes: torch.Tensor | None = None
         self.value_blocks: list[QuantizedTensor] = []  # per_token value mode
-        self.key_state: ADKVState | None = None
-        self.value_state: ADKVState | None = None
+        self.stream_state: ADKVState | None = None  # fields [S, B, H, D]; S = 2 (K, V) or 1 (K)
         self._sim_k: torch.Tensor | None = None
         self._sim_v: torch.Tensor | None = None
         self._deq_v_tok: torch.Tensor | None = None
@@ -447,8 +449,8 @@ class ADKVLayer(BaseQuantizedLayer):
         self.keys = key_states[..., :0, :].clone()
         self.values = value_states[..., :0, :].clone()
         if self.config.bits != FULL_PRECISION_BITS:
-            self.kq = ADKVQuantizer(d, self.config, self.key_params)
-            self.vq = ADKVQuantizer(d, self.config, self.value_params)
+            streams = [self.key_params] + ([self.value_params] if self.config.value_mode == "adkv" else [])
+            self.sq = ADKVQuantizer(d, self.config, torch.stack(streams).unsqueeze(1))  # [S, 1, H, 3, D]
         self.is_initialized = True
 
     def _quantize(self, tensor, *args, **kwargs):  # the encode path is `_encode`
@@ -467,20 +469,21 @@ class ADKVLayer(BaseQuantizedLayer):
         return q.reshape(b, t, self.num_heads, self.head_dim).permute(0, 2, 1, 3)
 
     def _encode(self, k: torch.Tensor, v: torch.Tensor) -> None:
-        if self.key_state is None:
+        joint = self.config.value_mode == "adkv"
+        x = torch.stack([k, v]) if joint else k.unsqueeze(0)  # [S, B, H, T, D]
+        if self.stream_state is None:
             n0 = min(self.config.init_tokens, k.shape[-2])
-            self.key_state = self.kq.init_state(k[..., :n0, :])
-            if self.config.value_mode == "adkv":
-                self.value_state = self.vq.init_state(v[..., :n0, :])
-        qk, xk, self.key_state = self.kq.encode_raw(k, self.key_state)
-        codes = self._pack(qk)
+            self.stream_state = self.sq.init_state(x[..., :n0, :])
+        q, xh, self.stream_state = self.sq.encode_raw(x, self.stream_state)
+        codes = self._pack(q[0])
         self.key_codes = codes if self.key_codes is None else torch.cat([self.key_codes, codes], dim=1)
-        if self.config.value_mode == "adkv":
-            qv, xv, self.value_state = self.vq.encode_raw(v, self.value_state)
-            vcodes = self._pack(qv)
+        xk = xh[0]
+        if joint:
+            vcodes = self._pack(q[1])
             self.value_codes = (
                 vcodes if self.value_codes is None else torch.cat([self.value_codes, vcodes], dim=1)
             )
+            xv = xh[1]
         else:
             blk = quantize_asym(v, self.config.bits, self.config.value_group_size, axis=-1)
             self.value_blocks.append(blk)
@@ -489,7 +492,7 @@ class ADKVLayer(BaseQuantizedLayer):
         if self.config.storage == "simulated":
             xk = xk.to(self.dtype)
             self._sim_k = xk if self._sim_k is None else torch.cat([self._sim_k, xk], dim=-2)
-            if self.config.value_mode == "adkv":
+            if joint:
                 xv = xv.to(self.dtype)
                 self._sim_v = xv if self._sim_v is None else torch.cat([self._sim_v, xv], dim=-2)
         self.encoded_length += k.shape[-2]
@@ -502,11 +505,14 @@ class ADKVLayer(BaseQuantizedLayer):
             k = self._sim_k
             v = self._sim_v if self.config.value_mode == "adkv" else self._deq_v_tok
             return k, v
-        k = self.kq.decode_codes(self._unpack(self.key_codes), self.key_state).to(self.dtype)
         if self.config.value_mode == "adkv":
-            v = self.vq.decode_codes(self._unpack(self.value_codes), self.value_state).to(self.dtype)
-        else:
-            v = torch.cat([b.dequantize() for b in self.value_blocks], dim=-2)
+            q = torch.stack([self._unpack(self.key_codes), self._unpack(self.value_codes)])
+            xh = self.sq.decode_codes(q, self.stream_state).to(self.dtype)
+            return xh[0], xh[1]
+        k = self.sq.decode_codes(self._unpack(self.key_codes).unsqueeze(0), self.stream_state)[0].to(
+            self.dtype
+        )
+        v = torch.cat([b.dequantize() for b in self.value_blocks], dim=-2)
         return k, v
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
@@ -546,10 +552,8 @@ class ADKVLayer(BaseQuantizedLayer):
             v = getattr(self, name)
             if v is not None:
                 setattr(self, name, fn_tensor(v))
-        if self.key_state is not None:
-            self.key_state = fn_state(self.key_state)
-        if self.value_state is not None:
-            self.value_state = fn_state(self.value_state)
+        if self.stream_state is not None:
+            self.stream_state = fn_state(self.stream_state)
         self.value_blocks = [fn_block(b) for b in self.value_blocks]
 
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
@@ -558,7 +562,9 @@ class ADKVLayer(BaseQuantizedLayer):
             return
         idx = beam_idx.to(self.keys.device)
         self._map(
-            lambda t: t.index_select(0, idx), lambda s: s.index_select(idx), lambda b: b.index_select(idx)
+            lambda t: t.index_select(0, idx),
+            lambda s: s.index_select(idx, dim=1),
+            lambda b: b.index_select(idx),
         )
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
@@ -571,7 +577,7 @@ class ADKVLayer(BaseQuantizedLayer):
             return
         self._map(
             lambda t: t.repeat_interleave(repeats, dim=0),
-            lambda s: s.repeat_interleave(repeats),
+            lambda s: s.repeat_interleave(repeats, dim=1),
             lambda b: b.repeat_interleave(repeats),
         )
 
@@ -602,18 +608,11 @@ class ADKVLayer(BaseQuantizedLayer):
         payload = metadata = 0
         if self.key_codes is not None:
             payload += self.key_codes.numel()
-            p = self.key_params.to(_META)
-            metadata += (
-                self.key_state.z1.numel() * 2 + self.key_state.a1.numel() * 2 + p.numel() * p.element_size()
-            )
-        if self.value_codes is not None:
-            payload += self.value_codes.numel()
-            p = self.value_params.to(_META)
-            metadata += (
-                self.value_state.z1.numel() * 2
-                + self.value_state.a1.numel() * 2
-                + p.numel() * p.element_size()
-            )
+            if self.value_codes is not None:
+                payload += self.value_codes.numel()
+            st = self.stream_state
+            p = self.sq.params.to(_META)
+            metadata += (st.z1.numel() + st.a1.numel()) * 2 + p.numel() * p.element_size()
         for b in self.value_blocks:
             payload += b.payload_nbytes
             metadata += b.metadata_nbytes
@@ -802,6 +801,7 @@ def record_qkv(model: torch.nn.Module):
     the model's attention implementation is restored afterwards.
     """
     AttentionInterface.register(_RECORD_NAME, _record_attention)
+    AttentionMaskInterface.register(_RECORD_NAME, sdpa_mask)
     previous = model.config._attn_implementation
     store: dict[int, list] = {}
     _RECORDER["store"] = store
