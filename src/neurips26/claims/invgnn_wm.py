@@ -8,7 +8,6 @@ attack suite of the spec applied to both watermarked models.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -131,6 +130,14 @@ def _run_inner(cfg: dict[str, Any], seed: int) -> SeedResult:
         target_class=0,
         seed=20_000 + seed,
     )
+
+    # --- the owner's own non-watermarked reference model(s) for the head's decoy term -------------
+    refs = []
+    for r in range(cfg["num_reference"]):
+        ref = fresh("gcn", init_seed=7_000_001 * (seed + 1) + r)
+        fit(ref, data, ep, lr, seed=seed + 50 + r)
+        refs.append(ref)
+    wm.set_reference_models(refs)
 
     # --- three arms, identical init and optimiser -----------------------------------------------
     timing, memory = {}, {}
@@ -306,29 +313,31 @@ _BASE = {
 CONFIGS = {
     "smoke": {
         **_BASE,
-        "num_nodes": 300,
-        "epochs": 30,
+        "num_nodes": 200,
+        "epochs": 20,
         "num_carriers": 16,
         "num_keys": 16,
         "num_null": 2,
+        "num_reference": 1,
         "prune_grid": [0.6],
         "ft_epochs": 5,
         "ft_grid": [],
         "ft_reinit": False,
-        "kd_epochs": 20,
+        "kd_epochs": 10,
     },
     "quick": {
         **_BASE,
-        "num_nodes": 1000,
+        "num_nodes": 600,
         "epochs": 100,
         "num_carriers": 32,
         "num_keys": 32,
         "num_null": 3,
+        "num_reference": 1,
         "prune_grid": [0.6],
         "ft_epochs": 50,
         "ft_grid": [],
         "ft_reinit": False,
-        "kd_epochs": 100,
+        "kd_epochs": 50,
     },
     "full": {
         **_BASE,
@@ -336,12 +345,13 @@ CONFIGS = {
         "epochs": 200,
         "num_carriers": 64,
         "num_keys": 64,
-        "num_null": 12,
+        "num_null": 8,
+        "num_reference": 1,
         "prune_grid": [0.2, 0.4, 0.6, 0.8, 0.9],
         "ft_epochs": 50,
         "ft_grid": [[1e-3, 10], [1e-3, 50], [1e-2, 10]],
         "ft_reinit": True,
-        "kd_epochs": 200,
+        "kd_epochs": 100,
     },
 }
 

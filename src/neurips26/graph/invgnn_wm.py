@@ -690,6 +690,7 @@ class InvGNNWatermark:
         *,
         hidden: int = 16,
         readout: str | None = None,
+        null_weight: float = 1.0,
     ) -> None:
         if not isinstance(carriers, CarrierSet):
             raise TypeError(f"carriers must be a CarrierSet, got {type(carriers).__name__}")
@@ -705,7 +706,9 @@ class InvGNNWatermark:
             raise ValueError(
                 f"readout {readout!r} does not fit task {task!r} (graph task <-> 'graph' readout)"
             )
+        self.null_weight = check_float("null_weight", null_weight, 0.0)
         self.carriers, self.out_dim, self.task = carriers, out_dim, task
+        self._reference_outputs: list[Tensor] = []
         seed = carriers.seed if carriers.seed is not None else 0
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed + 104729)
@@ -719,6 +722,11 @@ class InvGNNWatermark:
         else:
             self.key_bits = None
         self._set_targets()
+        # decoy string for reference models: agrees with the owner bits on exactly floor(K/2) carriers
+        gen = torch.Generator().manual_seed(seed + 32452843)
+        agree = torch.zeros(k, dtype=torch.bool)
+        agree[torch.randperm(k, generator=gen)[: k // 2]] = True
+        self.decoy_signs = torch.where(agree, self.signs, -self.signs)
         self._batch = Batch.from_data_list(
             [Data(x=g.x, edge_index=g.edge_index, num_nodes=g.num_nodes) for g in carriers.graphs]
         )
@@ -744,6 +752,10 @@ class InvGNNWatermark:
 
     def head_outputs(self, model: nn.Module) -> Tensor:
         """``h_k`` for all carriers in one batched forward (differentiable). Shape ``[K]``."""
+        out = self._carrier_outputs(model)
+        return self.head(out, self._batch.batch if self.task == "node" else None)
+
+    def _carrier_outputs(self, model: nn.Module) -> Tensor:
         b = self._batch
         out = model(b.x, b.edge_index) if self.task == "node" else model(b.x, b.edge_index, b.batch)
         if not isinstance(out, Tensor):
@@ -751,14 +763,44 @@ class InvGNNWatermark:
         expect = b.num_nodes if self.task == "node" else len(self.carriers)
         if out.dim() != 2 or out.size(0) != expect:
             raise ValueError(f"model output on the carriers must be [{expect}, C], got {tuple(out.shape)}")
-        return self.head(out, b.batch if self.task == "node" else None)
+        return out
+
+    def set_reference_models(self, models: Sequence[nn.Module]) -> None:
+        """Register owner-trained non-watermarked reference models for the null-contrast term.
+
+        Their carrier outputs are computed once (eval mode, no grad) and stored; during embedding the
+        hinge ``null_weight * mean_r mean_k max(0, m - s'_k (h_psi(R(f_r(G_k))) - c))`` is added, where
+        ``s'`` is a secret *decoy* sign string agreeing with the owner bits on exactly ``floor(K/2)``
+        carriers. The head must then decode the decoy from the task's natural output variation (which
+        every model trained on the same task shares), so a non-watermarked model matches the owner bits
+        at chance and the mark has to live in the protected model itself (our addition: without it a
+        jointly trained head can fit the bits from natural variation and independent models pass).
+        """
+        outs = []
+        for m in models:
+            was = m.training
+            m.eval()
+            with torch.no_grad():
+                outs.append(self._carrier_outputs(m).detach())
+            m.train(was)
+        self._reference_outputs = outs
 
     def watermark_loss(self, model: nn.Module) -> Tensor:
         """``L_wm`` (scalar, differentiable in the model and the head) to add to the task loss."""
         h = self.head_outputs(model)
         mse = (h - self.targets).pow(2).mean()
         hinge = F.relu(self.margin - self.signs * (h - self.reference)).mean()
-        return self.lambda_wm * (mse + self.mu * hinge)
+        loss = mse + self.mu * hinge
+        if self._reference_outputs and self.null_weight > 0:
+            batch = self._batch.batch if self.task == "node" else None
+            null = torch.stack(
+                [
+                    F.relu(self.margin - self.decoy_signs * (self.head(o, batch) - self.reference)).mean()
+                    for o in self._reference_outputs
+                ]
+            )
+            loss = loss + self.null_weight * null.mean()
+        return self.lambda_wm * loss
 
     def scores(self, query_fn: Callable[[Data], Tensor]) -> Tensor:
         """Head outputs ``h_k`` from K black-box queries, ``[K]`` (no gradient)."""
@@ -807,7 +849,12 @@ class InvGNNWatermark:
             normalization=self.carriers.normalization,
             feature_sampler=cfg.get("feature_sampler"),
             min_gap=float(cfg.get("min_gap", 1e-6)),
-            loss={"lambda_wm": self.lambda_wm, "mu": self.mu, "margin": self.margin},
+            loss={
+                "lambda_wm": self.lambda_wm,
+                "mu": self.mu,
+                "margin": self.margin,
+                "null_weight": self.null_weight,
+            },
         )
 
     @classmethod
