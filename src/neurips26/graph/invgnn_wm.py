@@ -37,6 +37,13 @@ Embedding loss (added to the task loss every step):
     L_{wm} = \lambda_{wm}\Big[\tfrac1K \sum_k (h_k - t_k)^2
              + \mu \tfrac1K \sum_k \max(0,\, m - s_k (h_k - c))\Big], \quad s_k = 2 b_k - 1.
 
+Decoy term (our addition, see :meth:`InvGNNWatermark.set_reference_models`): with owner-trained
+non-watermarked reference models ``f_r`` and ``nu = null_weight``, ``+ \lambda_{wm} \nu \tfrac1K \sum_k \max(0, m - s'_k
+(h_psi(R(f_r(G_k))) - c))`` with a secret decoy sign string ``s'`` that agrees with ``s`` on exactly
+``floor(K/2)`` carriers. Without it the jointly trained head can fit the bits from the task's natural
+output variation, which every model trained on the same task shares, and independent models pass
+verification (observed on a small task); with it they match at chance.
+
 Decoding ``\hat b_k = 1[h_k > c]``; matches ``M = \sum_k 1[\hat b_k = b_k]``; threshold
 ``tau(alpha) = min{tau : P[Bin(K, 1/2) >= tau] <= alpha}``, optionally raised to exceed the
 ``(1 - alpha)`` quantile of ``M`` over independently trained null models; own iff ``M >= tau``.
