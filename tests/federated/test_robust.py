@@ -22,6 +22,15 @@ from neurips26.federated.robust import (
 U = torch.tensor([[1.0, 10.0], [2.0, 20.0], [3.0, 30.0], [4.0, 40.0], [100.0, -100.0]])
 
 
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny tensors: one intra-op thread avoids oversubscription on shared CPUs."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
 def test_fedavg_closed_form():
     assert torch.allclose(fedavg(U[:2]), torch.tensor([1.5, 15.0]))
     w = torch.tensor([1.0, 3.0])

@@ -244,10 +244,10 @@ CLAIM = Claim(
             **_COMMON,
             "num_clients": 7,
             "num_malicious": 2,
-            "rules": ["fedavg", "median"],
+            "rules": ["median"],
             "targets": [0.5],
-            "warmup_rounds": 3,
-            "attack_rounds": 6,
+            "warmup_rounds": 2,
+            "attack_rounds": 4,
             "window": 2,
         },
         "quick": {
@@ -266,13 +266,13 @@ CLAIM = Claim(
             "num_malicious": 4,
             "rules": ["fedavg", "median", "trimmed_mean", "krum", "multi_krum"],
             "targets": [0.5],
-            "warmup_rounds": 20,
-            "attack_rounds": 40,
+            "warmup_rounds": 15,
+            "attack_rounds": 30,
             "window": 10,
             "engine_check": True,
         },
     },  # fmt: skip
-    seeds={"smoke": (0,), "quick": (0, 1, 2), "full": (0, 1, 2)},
+    seeds={"smoke": (0,), "quick": (0,), "full": (0, 1, 2)},
     implemented=(
         "ASAPAttack (adaptive sliding-mode controller ASMCController with a PI sliding surface, reaching law with "
         "boundary layer, normalised-LMS finite Fourier-basis disturbance estimate, projected gain adaptation, "
@@ -283,8 +283,8 @@ CLAIM = Claim(
     differences=(
         "The paper's exact equations are not public: the scalar plant, the PI surface, the adaptive laws and the "
         "anti-windup are reconstructed from the abstract and the FedSA predecessor. Digits + logistic regression "
-        "instead of the paper's datasets/models; IID split only; 20 benign warm-up rounds shared by all arms "
-        "(run with fedavg) then 40 attacked rounds (full; target y* = 0.5 only, the spec's 0.2 target was cut for the CPU budget); FedAvg-style rounds with all clients. Rounds-to-target "
+        "instead of the paper's datasets/models; IID split only; 15 benign warm-up rounds shared by all arms "
+        "(run with fedavg) then 30 attacked rounds (full; spec: 20 + 80; target y* = 0.5 only, the spec's 0.2 target, the MLP and the non-IID split were cut for the CPU budget); quick uses 1 seed as the spec says; FedAvg-style rounds with all clients. Rounds-to-target "
         "uses the server's clean test accuracy; a target never reached and held counts as horizon + 1 rounds. "
         "LIE/MinMax/MinSum use the same std direction (-sigma * sign(mu)) and only the attackers' own honest "
         "updates (AGR-agnostic, partial knowledge). Fang et al. and FMPA are not implemented."

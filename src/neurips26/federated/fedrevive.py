@@ -307,23 +307,30 @@ class FedBuff(AsyncStrategy):
         self.sanitize_bn(model)
 
     @torch.no_grad()
-    def set_bn_statistics(self, buffer: Sequence[tuple[ClientUpdate, int]], model: nn.Module) -> None:
+    def set_bn_statistics(
+        self, buffer: Sequence[tuple[ClientUpdate, int]], model: nn.Module, before: StateDict
+    ) -> None:
         """Set BatchNorm running statistics to the weighted mean of the clients' *values*.
 
         Statistics are not trained parameters: adding deltas taken from different stale bases can
         make a variance negative, so (as FedAvg does) the buffered clients' own statistics
-        ``w^(v_i) + Delta_i`` are averaged with the raw-update weights. Updates whose base version
-        is no longer stored keep the delta rule (followed by :meth:`sanitize_bn`).
+        ``w^(v_i) + Delta_i`` are averaged with the raw-update weights, over the updates whose base
+        version is still stored; if none is, the statistics ``before`` the step are kept.
         """
         keys = _bn_stat_keys(model)
-        if not keys or any(u.base_version not in self.versions for u, _ in buffer):
+        if not keys:
             return
-        w = torch.tensor([u.num_samples * float(staleness_weight(t, self.staleness_exp)) for u, t in buffer])
-        w = w / w.sum()
         state = model.state_dict()
+        usable = [(u, t) for u, t in buffer if u.base_version in self.versions]
+        if not usable:
+            for k in keys:
+                state[k].copy_(before[k])
+            return
+        w = torch.tensor([u.num_samples * float(staleness_weight(t, self.staleness_exp)) for u, t in usable])
+        w = w / w.sum()
         for k in keys:
             value = sum(
-                float(wi) * (self.versions[u.base_version][k] + u.delta[k]) for wi, (u, _) in zip(w, buffer)
+                float(wi) * (self.versions[u.base_version][k] + u.delta[k]) for wi, (u, _) in zip(w, usable)
             )
             state[k].copy_(value)
         self.sanitize_bn(model)
@@ -334,8 +341,9 @@ class FedBuff(AsyncStrategy):
         if len(self.buffer) < self.buffer_size:
             return False
         buffer, self.buffer = self.buffer, []
+        before = {k: model.state_dict()[k].clone() for k in _bn_stat_keys(model)}
         self.server_step(buffer, model, version)
-        self.set_bn_statistics(buffer, model)
+        self.set_bn_statistics(buffer, model, before)
         self.server_steps += 1
         return True
 

@@ -30,6 +30,8 @@ method modules (:mod:`~neurips26.federated.fedrevive`, :mod:`~neurips26.federate
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import logging
 import math
 import time
@@ -233,7 +235,7 @@ class ClientSetup:
     malicious: tuple[int, ...] = ()
     attack_fn: Callable[[], Attack] | None = None
     holdout: tuple[Tensor, Tensor] | None = None
-    log: list[dict[str, float]] = field(default_factory=list)
+    memo: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.partitions:
@@ -329,14 +331,30 @@ def _malicious_train(
     setup: ClientSetup, pid: int, state: StateDict, rnd: int, job: int, context: Context
 ) -> tuple[StateDict, dict[str, float]]:
     global_flat = flatten_state(state)
+    prior = _attack_state_from_record(context.state["attack"]) if "attack" in context.state else None
+    # Colluders with identical inputs craft identical updates: memoise within a process (exact).
+    key = hashlib.sha256(
+        global_flat.numpy().tobytes() + json.dumps([rnd, job, prior], sort_keys=True, default=str).encode()
+    ).hexdigest()
+    if key not in setup.memo:
+        setup.memo.clear()
+        setup.memo[key] = _craft(setup, state, global_flat, rnd, job, prior)
+    crafted, sd, extra = setup.memo[key]
+    if sd:
+        context.state["attack"] = _attack_state_to_record(sd)
+    u = crafted[setup.malicious.index(pid)]
+    return unflatten_state(global_flat + u, state), dict(extra)
+
+
+def _craft(setup: ClientSetup, state: StateDict, global_flat: Tensor, rnd: int, job: int, prior: Any):
     honest = []
     for j in setup.malicious:
         model, _ = setup.honest_update(j, state, job)
         honest.append(flatten_state(model.state_dict()) - global_flat)
     honest_t = torch.stack(honest)
     attack = setup.attack_fn()
-    if "attack" in context.state:
-        attack.load_state_dict(_attack_state_from_record(context.state["attack"]))
+    if prior is not None:
+        attack.load_state_dict(prior)
 
     def observe(params: Tensor) -> float:
         if setup.holdout is None:
@@ -347,14 +365,10 @@ def _malicious_train(
 
     ctx = AttackContext(rnd, global_flat, honest_t, observe=observe, num_clients=len(setup.partitions))
     crafted = attack.craft(ctx)
-    sd = attack.state_dict()
-    if sd:
-        context.state["attack"] = _attack_state_to_record(sd)
-    u = crafted[setup.malicious.index(pid)]
     extra = {}
     if getattr(attack, "alphas", None):
         extra = {"alpha": float(attack.alphas[-1]), "alpha-max": float(attack.bounds[-1])}
-    return unflatten_state(global_flat + u, state), extra
+    return crafted, attack.state_dict(), extra
 
 
 # --------------------------------------------------------------------------------------------
