@@ -237,6 +237,7 @@ CLAIM = Claim(
             "sweep": {"neuron": ["IF", "LIF", "PLIF"], "T": [1, 5, 10], "norm": ["none", "bn"]},
             "sweep_epochs": 60,
             "scaling_sizes": [5000, 10000, 20000],
+            "extras_seed": 0,
         },
     },
     seeds={"smoke": (0,), "quick": (0,), "full": (0, 1, 2)},
