@@ -230,6 +230,16 @@ def test_static_and_dense_heads():
     assert not (plan.head_type == HEAD_DENSE).any()
 
 
+def test_plan_accepts_bf16():
+    q, k = _structured_qk()
+    plan32 = plan_blocks(q, k, AdaCalConfig(block_size=16), task="retrieval")
+    plan16 = plan_blocks(q.bfloat16(), k.bfloat16(), AdaCalConfig(block_size=16), task="retrieval")
+    assert plan16.mask.shape == plan32.mask.shape and plan16.metrics["entropy"].dtype == torch.float32
+    assert not plan16.mask.triu(1).any()
+    # the strong mid-context key dominates heads 2, 3 in both precisions
+    assert torch.equal(plan16.head_type[:, 2:], plan32.head_type[:, 2:])
+
+
 def test_too_few_blocks_falls_back_to_dense_with_warning():
     q, k, _ = _qkv(n=40)
     with pytest.warns(UserWarning, match="dense"):
@@ -380,12 +390,12 @@ def test_decode_is_dense_and_generation_matches(tiny_model):
 
     with torch.no_grad():
         cache = DynamicCache(config=tiny_model.config)
-        tiny_model(ids, past_key_values=cache)
-        step = tiny_model(ids[:, -1:], past_key_values=cache).logits
+        tiny_model(ids, cache=cache)
+        step = tiny_model(ids[:, -1:], cache=cache).logits
         tiny_model.set_attn_implementation("sdpa")
         cache2 = DynamicCache(config=tiny_model.config)
-        tiny_model(ids, past_key_values=cache2)
-        step2 = tiny_model(ids[:, -1:], past_key_values=cache2).logits
+        tiny_model(ids, cache=cache2)
+        step2 = tiny_model(ids[:, -1:], cache=cache2).logits
     # 40 tokens / 16 = 3 blocks <= sink + local + 1: a_shape prefill is dense, decode is plain sdpa
     torch.testing.assert_close(step, step2, atol=1e-5, rtol=1e-5)
     with torch.no_grad():
