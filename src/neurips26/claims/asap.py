@@ -70,12 +70,24 @@ def _evaluator(test):
 
 
 def _fl(
-    config, seed, partitions, mal, holdout, test, rule, attack, target, state, rounds, engine="inprocess"
+    config,
+    seed,
+    partitions,
+    mal,
+    holdout,
+    test,
+    rule,
+    attack,
+    target,
+    state,
+    rounds,
+    engine="inprocess",
+    **attack_kw,
 ):
     setup = ClientSetup(
         _model, partitions, lr=config["lr"], batch_size=config["batch_size"], seed=seed,
         malicious=mal if attack != "none" else (),
-        attack_fn=(lambda: make_attack(attack, target)) if attack != "none" else None, holdout=holdout,
+        attack_fn=(lambda: make_attack(attack, target, **attack_kw)) if attack != "none" else None, holdout=holdout,
     )  # fmt: skip
     n = len(partitions)
     strategy = RobustFedAvg(rule, num_malicious=len(mal), beta=config["trim_beta"], min_train_nodes=n,
@@ -109,8 +121,10 @@ def _run_inner(config: dict[str, Any], seed: int) -> SeedResult:
     selection: dict[str, dict[str, float]] = {}
     clean: dict[str, list[float]] = {}
     for rule in config["rules"]:
-        trace_none, _, _ = _fl(config, seed, partitions, mal, holdout, test, rule, "none", 0.5, warm, horizon)
-        clean[rule] = trace_none
+        if rule == config["rules"][0]:  # clean reference (no attack), first rule only
+            clean[rule], _, _ = _fl(
+                config, seed, partitions, mal, holdout, test, rule, "none", 0.5, warm, horizon
+            )
         untargeted = {}
         for attack in ("LIE", "MinMax", "MinSum"):
             untargeted[attack] = _fl(
@@ -155,6 +169,16 @@ def _run_inner(config: dict[str, Any], seed: int) -> SeedResult:
     }
     for rule, t in clean.items():
         curves.setdefault(f"accuracy {rule}@clean", {})["none"] = t
+    if config.get("unbounded_diagnostic"):
+        # Not a criterion: do the controllers track y* when the stealth bound is lifted (fedavg)?
+        diag = {}
+        for arm in (METHOD, "FedSA-lite"):
+            trace, _, _ = _fl(config, seed, partitions, mal, holdout, test, "fedavg", arm, 0.5, warm, horizon,
+                              alpha_max=20.0, alpha_min=-10.0)  # fmt: skip
+            r = round_complexity(trace, 0.5, eps=eps, window=window)
+            diag[arm] = {"rounds": None if math.isinf(r) else r, "deviation": target_deviation(trace, 0.5, start=1),
+                         "trace": trace}  # fmt: skip
+        info["unbounded_fedavg_alpha_max_20"] = diag
     if config.get("engine_check"):
         info["engine_check"] = _engine_check(config, seed, partitions, mal, holdout, test, warm)
     return SeedResult(metrics=metrics, curves=curves, info=info)
@@ -267,9 +291,10 @@ CLAIM = Claim(
             "rules": ["fedavg", "median", "trimmed_mean", "krum", "multi_krum"],
             "targets": [0.5],
             "warmup_rounds": 15,
-            "attack_rounds": 30,
+            "attack_rounds": 25,
             "window": 10,
             "engine_check": True,
+            "unbounded_diagnostic": True,
         },
     },  # fmt: skip
     seeds={"smoke": (0,), "quick": (0,), "full": (0, 1, 2)},
@@ -284,7 +309,7 @@ CLAIM = Claim(
         "The paper's exact equations are not public: the scalar plant, the PI surface, the adaptive laws and the "
         "anti-windup are reconstructed from the abstract and the FedSA predecessor. Digits + logistic regression "
         "instead of the paper's datasets/models; IID split only; 15 benign warm-up rounds shared by all arms "
-        "(run with fedavg) then 30 attacked rounds (full; spec: 20 + 80; target y* = 0.5 only, the spec's 0.2 target, the MLP and the non-IID split were cut for the CPU budget); quick uses 1 seed as the spec says; FedAvg-style rounds with all clients. Rounds-to-target "
+        "(run with fedavg) then 25 attacked rounds (full; spec: 20 + 80; target y* = 0.5 only, the spec's 0.2 target, the MLP and the non-IID split were cut for the CPU budget); quick uses 1 seed as the spec says; FedAvg-style rounds with all clients. Rounds-to-target "
         "uses the server's clean test accuracy; a target never reached and held counts as horizon + 1 rounds. "
         "LIE/MinMax/MinSum use the same std direction (-sigma * sign(mu)) and only the attackers' own honest "
         "updates (AGR-agnostic, partial knowledge). Fang et al. and FMPA are not implemented."

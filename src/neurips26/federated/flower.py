@@ -324,6 +324,11 @@ def make_client_app(setup: ClientSetup) -> ClientApp:
         content = RecordDict({"arrays": to_arrayrecord(new_state), "metrics": MetricRecord(metrics)})
         return Message(content, reply_to=msg)
 
+    @app.query()
+    def query(msg: Message, context: Context) -> Message:
+        pid = int(context.node_config["partition-id"])
+        return Message(RecordDict({"metrics": MetricRecord({"partition-id": pid})}), reply_to=msg)
+
     return app
 
 
@@ -523,7 +528,8 @@ class GridTransport:
 
     ``dispatch`` pushes a TRAIN message to the node of client ``c`` immediately (so the node starts
     computing while others still train); ``collect`` pulls that message's reply, polling until it
-    is there. The node order is ``sorted(grid.get_node_ids())``.
+    is there. Client ``c`` is the node whose ClientApp reports ``partition-id == c`` (asked once
+    with a QUERY message), so the simulated clock and the data agree on every engine.
     """
 
     def __init__(
@@ -531,11 +537,24 @@ class GridTransport:
     ) -> None:
         self.grid = grid
         self.strategy = strategy
-        self.node_ids = sorted(int(n) for n in grid.get_node_ids())
-        if not self.node_ids:
+        nodes = sorted(int(n) for n in grid.get_node_ids())
+        if not nodes:
             raise ValueError("the grid has no nodes (empty client set)")
         self.timeout = check_float("timeout", timeout, 0.0, low_open=True)
         self.poll = poll
+        self.node_ids = self._by_partition(nodes)
+
+    def _by_partition(self, nodes: list[int]) -> list[int]:
+        """Order nodes by the ``partition-id`` they report (QUERY message); node order otherwise."""
+        msgs = [Message(RecordDict({"config": ConfigRecord({})}), message_type=MessageType.QUERY, dst_node_id=n)
+                for n in nodes]  # fmt: skip
+        found = {}
+        for reply in self.grid.send_and_receive(msgs, timeout=self.timeout):
+            if not reply.has_error() and "metrics" in reply.content:
+                found[int(reply.content["metrics"]["partition-id"])] = int(reply.metadata.src_node_id)
+        if sorted(found) != list(range(len(nodes))):
+            return nodes
+        return [found[i] for i in range(len(nodes))]
 
     def dispatch(self, client_id: int, state: StateDict, version: int, job: int) -> Any:
         msg = self.strategy.train_message(self.node_ids[client_id], state, version, job)
