@@ -78,13 +78,16 @@ class PDEDataset:
 
 
 def sine_initial_conditions(rng: np.random.Generator, n: int, amp: float, max_modes: int = 4) -> np.ndarray:
-    """Random modes ``(n, max_modes, 3)`` of ``(k, a, phi)``: 1..max_modes active, k in 1..4, |a| <= amp."""
+    """Random modes ``(n, max_modes, 3)`` of ``(k, a, phi)``: 1..max_modes active, k in 1..4,
+    ``|a| in [amp/2, amp] / sqrt(active)``."""
     modes = np.zeros((n, max_modes, 3))
     for i in range(n):
         count = rng.integers(1, max_modes + 1)
         ks = rng.choice(np.arange(1, 5), size=count, replace=False)
         modes[i, :count, 0] = ks
-        modes[i, :count, 1] = rng.uniform(-amp, amp, size=count) / np.sqrt(count)
+        # |a| in [amp/2, amp] / sqrt(count) with a random sign: no near-zero fields (relative errors stay defined)
+        signs = rng.choice(np.array([-1.0, 1.0]), size=count)
+        modes[i, :count, 1] = signs * rng.uniform(0.5 * amp, amp, size=count) / np.sqrt(count)
         modes[i, :count, 2] = rng.uniform(0, 2 * np.pi, size=count)
     return modes
 
@@ -206,7 +209,7 @@ def generate(
     check_int("seed", seed, low=0)
     spec = FAMILIES[family]
     dt_out = spec["dt"] if dt is None else check_float("dt", dt, 0.0, low_open=True)
-    config = {"family": family, "n_traj": n_traj, "nx": nx, "nt": nt, "seed": seed, "dt": dt_out, "v": 1}
+    config = {"family": family, "n_traj": n_traj, "nx": nx, "nt": nt, "seed": seed, "dt": dt_out, "v": 2}
 
     def build() -> dict:
         rng = np.random.default_rng([seed, sorted(FAMILIES).index(family)])
