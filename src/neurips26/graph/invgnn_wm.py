@@ -1219,10 +1219,10 @@ class BackdoorWatermark:
     """Backdoor-trigger GNN watermark (baseline, Xu et al. 2021, arXiv 2110.11024 style).
 
     A fixed random Erdos-Renyi trigger subgraph (``trigger_size`` nodes, edge probability
-    ``trigger_p``, fixed features drawn from the task's feature rows) is attached to ``num_keys`` key
-    inputs, which are relabelled to ``target_class``. Node task: each key node (a non-test node whose
-    label is not the target) gets its own copy of the trigger wired to it; the triggered graph is one
-    ``Data``. Graph task: the trigger is attached by one edge to a random node of each key graph
+    ``trigger_p``, fixed random Gaussian features with the task features' per-dimension mean/std) is
+    attached to ``num_keys`` key inputs, which are relabelled to ``target_class``. Node task: each
+    key node (a non-test node whose label is not the target) gets its own copy of the trigger wired
+    to it; the triggered graph is one ``Data``. Graph task: the trigger is attached by one edge to a random node of each key graph
     (training graphs whose label is not the target). Training adds ``lambda_wm * CE(key -> target)``
     to the task loss; ownership is claimed when the number of key inputs classified as the target
     reaches a binomial threshold with chance ``1/C`` (raised by an empirical null if given).
@@ -1282,7 +1282,8 @@ class BackdoorWatermark:
             eligible = torch.tensor([i for i, g in enumerate(data) if int(g.y.view(-1)[0]) != target_class])
         if eligible.numel() < num_keys:
             raise ValueError(f"only {eligible.numel()} eligible key inputs, need num_keys={num_keys}")
-        t_x = bank[torch.randint(0, bank.size(0), (trigger_size,), generator=gen)].clone()
+        # random trigger features with the data's per-dimension mean/std (no class signal), as in Xu et al.
+        t_x = GaussianFeatureSampler.from_features(bank)(trigger_size, gen)
         self.trigger_x, self.trigger_edge_index = t_x, t_ei
         keys = eligible[torch.randperm(eligible.numel(), generator=gen)[:num_keys]]
         self.keys = keys
