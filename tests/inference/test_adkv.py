@@ -258,3 +258,23 @@ def test_calibration_reduces_attention_error():
         return total
 
     assert attn_err(params) < attn_err(None)
+
+
+def test_bulk_prefill_equals_layerwise_updates():
+    model = tiny_model()
+    g = torch.Generator().manual_seed(9)
+    kv = [(torch.randn(2, 2, 20, 16, generator=g), torch.randn(2, 2, 20, 16, generator=g)) for _ in range(2)]
+    for cfg in (ADKVConfig(bits=3), ADKVConfig(bits=2, residual_length=5, storage="simulated")):
+        a, b = ADKVCache(model.config, cfg), ADKVCache(model.config, cfg)
+        for i, (k, v) in enumerate(kv):
+            a.update(k, v, i)
+        b.bulk_prefill(kv)
+        for la, lb in zip(a.layers, b.layers):
+            assert torch.equal(la.key_codes, lb.key_codes) and torch.equal(la.value_codes, lb.value_codes)
+            assert torch.allclose(la.dequantized_states()[0], lb.dequantized_states()[0], rtol=0, atol=1e-6)
+            assert torch.equal(la.keys, lb.keys) and la.get_seq_length() == lb.get_seq_length() == 20
+        assert a.memory_bytes() == b.memory_bytes()
+        new = torch.randn(2, 2, 1, 16, generator=g)
+        ka, _ = a.update(new, new, 0)
+        kb, _ = b.update(new, new, 0)
+        assert torch.allclose(ka, kb, rtol=0, atol=1e-6)

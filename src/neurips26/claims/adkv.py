@@ -106,6 +106,9 @@ def make_caches(
 
 
 def _fill(cache, kv: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+    if hasattr(cache, "bulk_prefill"):  # same stored state as layer-wise updates, one encoder pass
+        cache.bulk_prefill(kv)
+        return
     for layer_idx, (k, v) in enumerate(kv):
         cache.update(k, v, layer_idx)
 

@@ -668,6 +668,58 @@ class ADKVCache(QuantizedKVCacheMixin, Cache):
         self.adkv = adkv
         super().__init__(layers=layers)
 
+    def bulk_prefill(self, key_value_states: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        """Store a prefill of every layer at once, encoding all layers' streams in one vectorised pass.
+
+        Equivalent to ``cache.update(k, v, layer_idx)`` for each layer on an empty cache (the same
+        codes, states and stored tensors), but runs the sequential encoder once for all layers instead
+        of once per layer.
+
+        Parameters
+        ----------
+        key_value_states : sequence of ``(Tensor[B, kv_heads, T, head_dim], Tensor[B, kv_heads, T, head_dim])``
+            One pair per layer, all of the same shape.
+        """
+        if len(key_value_states) != len(self.layers):
+            raise ValueError(
+                f"need one (key, value) pair per layer ({len(self.layers)}), got {len(key_value_states)}"
+            )
+        if any(layer.is_initialized for layer in self.layers):
+            raise RuntimeError("bulk_prefill needs an empty cache")
+        cfg = self.adkv
+        if cfg.bits == FULL_PRECISION_BITS or cfg.value_mode != "adkv":
+            for i, (k, v) in enumerate(key_value_states):
+                self.update(k, v, i)
+            return
+        shapes = {tuple(k.shape) for k, _ in key_value_states} | {tuple(v.shape) for _, v in key_value_states}
+        if len(shapes) != 1:
+            raise ValueError(f"all layers' states must share one shape, got {sorted(shapes)}")
+        for layer, (k, v) in zip(self.layers, key_value_states):
+            layer.lazy_initialization(k, v)
+            layer.cumulative_length = k.shape[-2]
+        T = key_value_states[0][0].shape[-2]
+        n_enc = T - cfg.residual_length
+        if n_enc <= 0:
+            for layer, (k, v) in zip(self.layers, key_value_states):
+                layer.keys, layer.values = k.clone(), v.clone()
+            return
+        x = torch.stack([torch.stack([k[..., :n_enc, :], v[..., :n_enc, :]]) for k, v in key_value_states])
+        params = torch.stack([layer.sq.params for layer in self.layers])  # [L, 2, 1, H, 3, D]
+        quant = ADKVQuantizer(x.shape[-1], cfg, params)
+        n0 = min(cfg.init_tokens, n_enc)
+        state = quant.init_state(x[..., :n0, :])
+        q, xh, end = quant.encode_raw(x, state)
+        for i, (layer, (k, v)) in enumerate(zip(self.layers, key_value_states)):
+            layer.stream_state = ADKVState(
+                end.z1[i], end.a1[i], end.log_acc[i], end.cmax[i], end.dsum[i], end.t
+            )
+            layer.key_codes = layer._pack(q[i, 0])
+            layer.value_codes = layer._pack(q[i, 1])
+            if cfg.storage == "simulated":
+                layer._sim_k, layer._sim_v = xh[i, 0].to(layer.dtype), xh[i, 1].to(layer.dtype)
+            layer.encoded_length = n_enc
+            layer.keys, layer.values = k[..., n_enc:, :].clone(), v[..., n_enc:, :].clone()
+
     def memory_report(self, fp_itemsize: int | None = 2) -> dict[str, float]:
         """``codes_bytes``, ``metadata_bytes``, ``residual_bytes`` and ``bits_per_element``."""
         m = self.memory_bytes(fp_itemsize)
