@@ -156,6 +156,12 @@ def test_carriers_reproducible_and_balanced():
     assert ((a.invariants >= 0) & (a.invariants <= 1)).all()
 
 
+def test_tiny_carriers_from_every_family():
+    c = CarrierSet.generate(0, 10, (2, 5), num_features=3, min_gap=0.0)
+    assert all(g.num_nodes >= 2 for g in c.graphs)
+    assert all(g.x.shape == (g.num_nodes, 3) for g in c.graphs)
+
+
 def test_carrier_bad_input():
     with pytest.raises(ValueError, match="num_carriers must be >= 8"):
         CarrierSet.generate(0, 7, feature_sampler=_sampler())

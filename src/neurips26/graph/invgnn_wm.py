@@ -372,9 +372,12 @@ def _random_structure(family: str, n: int, rng: np.random.Generator):
         return nx.gnp_random_graph(n, float(rng.uniform(0.1, 0.5)), seed=s)
     if family == "ws":
         k = int(rng.choice([2, 4]))
+        if n < 4:  # a ring lattice needs k < n
+            return nx.path_graph(n)
+        k = min(k, 2 * ((n - 1) // 2))
         return nx.connected_watts_strogatz_graph(n, k, float(rng.uniform(0.05, 0.3)), tries=200, seed=s)
     if family == "ba":
-        return nx.barabasi_albert_graph(n, int(rng.choice([1, 2, 3])), seed=s)
+        return nx.barabasi_albert_graph(n, min(int(rng.choice([1, 2, 3])), n - 1), seed=s)
     if family == "sbm":
         half = n // 2
         p_in, p_out = float(rng.uniform(0.3, 0.7)), float(rng.uniform(0.02, 0.1))
