@@ -278,7 +278,7 @@ def plot(result: dict, folder: Path) -> list[Path]:
     return [path]
 
 
-_COMMON = {"bits": 2, "kivi_residual": 32, "calib_lr": 2e-2, "bptt": 32, "n_query": 16, "threads": 2}
+_COMMON = {"bits": 2, "kivi_residual": 32, "calib_lr": 2e-2, "bptt": 16, "n_query": 16, "threads": 2}
 
 CLAIM = Claim(
     slug="adkv",
@@ -315,22 +315,22 @@ CLAIM = Claim(
             "n_prompts": 2,
             "context": 1024,
             "tail": 24,
-            "calib_seqs": 4,
-            "calib_len": 64,
-            "calib_steps": 10,
+            "calib_seqs": 2,
+            "calib_len": 32,
+            "calib_steps": 4,
         },
         "full": {
             **_COMMON,
             "model": "smollm2-135m",
-            "n_prompts": 4,
+            "n_prompts": 3,
             "context": 1024,
             "tail": 24,
             "calib_seqs": 4,
-            "calib_len": 96,
-            "calib_steps": 30,
+            "calib_len": 32,
+            "calib_steps": 12,
             "benchmark": True,
             "bench_contexts": [1024, 2048],
-            "bench_steps": 3,
+            "bench_steps": 2,
         },
     },
     seeds={"smoke": (0,), "quick": (0,), "full": (0, 1, 2)},
