@@ -67,3 +67,18 @@ def test_require_names_the_extra():
     assert require("json", "core").dumps([]) == "[]"
     with pytest.raises(ImportError, match=r"neurips26\[graph\]"):
         require("no_such_module_xyz", "graph")
+
+
+def test_torch_threads_scopes_and_restores():
+    from neurips26.common.threads import torch_threads
+
+    before = torch.get_num_threads()
+    with torch_threads(1):
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+    with torch_threads(None):
+        torch.set_num_threads(1)
+    assert torch.get_num_threads() == before
+    with pytest.raises(ValueError, match="threads"):
+        with torch_threads(0):
+            pass

@@ -23,6 +23,7 @@ from torch import nn
 
 from neurips26.claims.base import AtMost, Better, Claim, SeedResult
 from neurips26.common.cache import cached_object
+from neurips26.common.threads import torch_threads
 from neurips26.optim.accelegrad_sharp import AcceleGrad, AcceleGradSharp, muon_with_adamw
 
 METHOD = "accelegrad_sharp"
@@ -351,12 +352,8 @@ def _sweep(task: str, config: dict, data) -> dict[str, float]:
 
 
 def run(config: dict[str, Any], seed: int) -> SeedResult:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(config["threads"])  # small models: one thread is faster on a shared CPU
-    try:
+    with torch_threads(config["threads"]):  # small models: one thread is faster on a shared CPU
         return _run(config, seed)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _run(config: dict[str, Any], seed: int) -> SeedResult:

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from neurips26.claims.base import Better, Claim, SeedResult
+from neurips26.common.threads import torch_threads
 from neurips26.nn.ancre import ANCReConnector, ANCReSequential, parameter_overhead, uniform_dense_connector
 
 METHOD = "ancre"
@@ -144,14 +145,10 @@ def _digits():
 
 
 def run(config: dict[str, Any], seed: int) -> SeedResult:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(config["threads"])
-    try:
+    with torch_threads(config["threads"]):
         e1 = {arm: _e1(arm, config, seed) for arm in ARMS}
         data = _digits()
         e2 = {arm: _e2(arm, config, seed, data) for arm in ARMS}
-    finally:
-        torch.set_num_threads(threads)
     metrics = {
         "e1_steps_to_target": {a: float(r["steps"]) for a, r in e1.items()},
         "e1_log10_final_loss": {a: math.log10(max(r["final"], 1e-30)) for a, r in e1.items()},

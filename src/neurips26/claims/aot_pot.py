@@ -18,6 +18,7 @@ import torch
 
 from neurips26.claims.base import AtMost, Better, Claim, SeedResult
 from neurips26.common.pde import generate, relative_l2
+from neurips26.common.threads import torch_threads
 from neurips26.nn.aot_pot import OperatorTransformer, ar_denoising_loss, composite_amax_gain, match_width
 
 METHOD = "aot_pot"
@@ -81,12 +82,8 @@ def _evaluate(model, u: np.ndarray, config: dict) -> tuple[float, float]:
 
 
 def run(config: dict[str, Any], seed: int) -> SeedResult:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(config["threads"])
-    try:
+    with torch_threads(config["threads"]):
         return _run(config, seed)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _run(config: dict[str, Any], seed: int) -> SeedResult:

@@ -35,6 +35,7 @@ from neurips26.claims.base import Better, Claim, SeedResult
 from neurips26.common.models import build_tiny_lm, count_parameters
 from neurips26.common.rollouts import mean_pass_at_k, sample, sample_groups, score_completions
 from neurips26.common.tasks import MiniCountdown
+from neurips26.common.threads import torch_threads
 from neurips26.common.tokenizers import ARITHMETIC_ALPHABET, char_tokenizer
 from neurips26.common.training import train_or_load
 from neurips26.rl.archer import (
@@ -297,12 +298,8 @@ def loss_overhead(
 
 def _run(config: dict[str, Any], seed: int) -> SeedResult:
     # Tiny models: one intra-op thread is faster than two under load and keeps runs reproducible.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(config.get("threads", 1))
-    try:
+    with torch_threads(config.get("threads", 1)):
         return _run_inner(config, seed)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _run_inner(config: dict[str, Any], seed: int) -> SeedResult:

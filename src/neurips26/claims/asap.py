@@ -19,6 +19,7 @@ from torch import nn
 
 from neurips26.claims.base import Better, Claim, SeedResult
 from neurips26.common.datasets import dirichlet_partition, iid_partition, load_digits, train_test_split
+from neurips26.common.threads import torch_threads
 from neurips26.federated.asap import make_attack, round_complexity, target_deviation
 from neurips26.federated.flower import (
     ClientSetup,
@@ -97,12 +98,8 @@ def _fl(
 
 
 def _run(config: dict[str, Any], seed: int) -> SeedResult:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with torch_threads(1):
         return _run_inner(config, seed)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _run_inner(config: dict[str, Any], seed: int) -> SeedResult:

@@ -24,6 +24,7 @@ from torch import nn
 from neurips26.claims.base import Better, Claim, SeedResult
 from neurips26.common.cache import cached_object
 from neurips26.common.datasets import dirichlet_partition, load_digits, train_test_split
+from neurips26.common.threads import torch_threads
 from neurips26.federated.fedrevive import (
     ClientSpeedModel,
     FedAsync,
@@ -109,12 +110,8 @@ def _summ(hist, target: float, budget: float) -> dict[str, float]:
 
 
 def _run(config: dict[str, Any], seed: int) -> SeedResult:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with torch_threads(1):
         return _run_inner(config, seed)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _run_inner(config: dict[str, Any], seed: int) -> SeedResult:

@@ -18,6 +18,7 @@ import torch
 
 from neurips26.claims.base import Better, Claim, SeedResult
 from neurips26.common.graphs import csbm, edge_homophily, linear_probe, perturb_edges, random_splits
+from neurips26.common.threads import torch_threads
 from neurips26.graph.gcn_mlp import (
     BGRL,
     GCNMLP,
@@ -73,12 +74,9 @@ def _train_probe(name, maker, data, splits, cfg, seed):
 
 
 def _run(config: dict, seed: int) -> SeedResult:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny full-batch problems: one thread is faster and timings are stabler
-    try:
+    # tiny full-batch problems: one thread is faster and timings are stabler
+    with torch_threads(1):
         return _run_inner(config, seed)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _run_inner(cfg: dict, seed: int) -> SeedResult:

@@ -16,6 +16,7 @@ import torch
 
 from neurips26.claims.base import AtLeast, Better, Claim, Exact, SeedResult, Within
 from neurips26.common.graphs import csbm
+from neurips26.common.threads import torch_threads
 from neurips26.graph.invgnn_wm import (
     BackdoorWatermark,
     CarrierSet,
@@ -87,12 +88,8 @@ def _attacks(cfg: dict[str, Any], model, data, seed: int, wm) -> dict[str, Any]:
 
 
 def _run(cfg: dict[str, Any], seed: int) -> SeedResult:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # a 1500-node GCN is dominated by thread overhead on a shared 2-core box
-    try:
+    with torch_threads(1):  # a 1500-node GCN is dominated by thread overhead on a shared 2-core box
         return _run_inner(cfg, seed)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _run_inner(cfg: dict[str, Any], seed: int) -> SeedResult:

@@ -105,12 +105,15 @@ def capture_env() -> dict[str, Any]:
 
 
 def run_seed(claim: Claim, profile: Profile, seed: int) -> tuple[SeedResult, float]:
-    """Seed everything, run one seed, return its result and wall time."""
+    """Seed everything, run one seed under the config's ``threads`` (if given), return result and wall time."""
     from neurips26.common.seeding import seed_everything
+    from neurips26.common.threads import torch_threads
 
     seed_everything(seed)
+    config = dict(claim.configs[profile.value])
     start = time.perf_counter()
-    result = claim.run(dict(claim.configs[profile.value]), seed)
+    with torch_threads(config.get("threads")):
+        result = claim.run(config, seed)
     if not isinstance(result, SeedResult):
         raise TypeError(f"claim {claim.slug!r}: run() must return SeedResult, got {type(result).__name__}")
     reported = {arm for arms in result.metrics.values() for arm in arms}

@@ -17,6 +17,7 @@ import torch
 
 from neurips26.claims.base import AtLeast, AtMost, Better, Claim, SeedResult
 from neurips26.common.graphs import csbm
+from neurips26.common.threads import torch_threads
 from neurips26.graph.sgnnbench import (
     GCN,
     SGC,
@@ -72,12 +73,8 @@ def _scaling(sizes, hidden: int, T: int, seed: int) -> list[dict]:
 
 
 def _run(config: dict, seed: int) -> SeedResult:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with torch_threads(1):
         return _run_inner(config, seed)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _run_inner(cfg: dict, seed: int) -> SeedResult:
