@@ -353,6 +353,21 @@ CONFIGS = {
     },
 }
 
+
+def _expand_templates(glossary: dict[str, str]) -> dict[str, str]:
+    """Spell out every ``<attack>`` template for the attacks the criteria and profiles use."""
+    attacks = set(CRITERION_ATTACKS)
+    for cfg in CONFIGS.values():
+        attacks |= {f"prune{int(round(a * 100))}" for a in cfg["prune_grid"]}
+    out = {}
+    for name, text in glossary.items():
+        if "<attack>" in name:
+            out.update({name.replace("<attack>", a): f"{text} (attack: {a})" for a in sorted(attacks)})
+        else:
+            out[name] = text
+    return out
+
+
 CLAIM = Claim(
     slug="invgnn_wm",
     claim=(
@@ -406,22 +421,24 @@ CLAIM = Claim(
         "neurips26.common.graphs.csbm: contextual SBM generated per seed (3 classes, edge homophily 0.8, "
         "32-dim Gaussian features with class-mean scale 0.5, average degree 10, 60/20/20 split); no download."
     ),
-    glossary={
-        "clean_acc": "test-node accuracy of the arm's trained model (clean = identically initialised, no watermark)",
-        "wm_acc_<attack>": "invgnn_wm: bit accuracy M/K on the K private carriers after the attack; backdoor: "
-        "fraction of triggered key nodes classified as the target class; clean: InvGNN-WM bit "
-        "accuracy of the non-watermarked model after the same attack (control)",
-        "owned_<attack>": "1 if verification accepts: matches >= max(binomial tau(alpha=1e-3), 1 + (1-alpha) "
-        "quantile of the null models' matches); chance per bit 1/2 (InvGNN) or 1/C (backdoor)",
-        "margin_<attack>": "(matches - decision threshold) / K: accuracy above the arm's own decision threshold",
-        "fpr": "fraction of independently trained null models (GCNs with other seeds + one GraphSAGE) whose "
-        "matches reach the binomial tau(1e-3) (null-free threshold)",
-        "null_bit_acc": "mean bit (trigger) accuracy of the null models",
-        "kd_drop": "wm_acc_none - wm_acc_kd (how much plain distillation removes)",
-        "kdwm_gain": "wm_acc_kdwm - wm_acc_kd (how much re-applying the watermark loss during KD restores)",
-        "attacks": "none; prune<p>: global L1 magnitude pruning of p% of weights; finetune: 50 epochs Adam 1e-2 "
-        "on clean training nodes; int8/int4: symmetric per-tensor weight fake-quantisation; kd: fresh "
-        "GCN distilled on all nodes at T=4; kdwm: kd plus the owner's watermark loss (head frozen)",
-    },
+    glossary=_expand_templates(
+        {
+            "clean_acc": "test-node accuracy of the arm's trained model (clean = identically initialised, no watermark)",
+            "wm_acc_<attack>": "invgnn_wm: bit accuracy M/K on the K private carriers after the attack; backdoor: "
+            "fraction of triggered key nodes classified as the target class; clean: InvGNN-WM bit "
+            "accuracy of the non-watermarked model after the same attack (control)",
+            "owned_<attack>": "1 if verification accepts: matches >= max(binomial tau(alpha=1e-3), 1 + (1-alpha) "
+            "quantile of the null models' matches); chance per bit 1/2 (InvGNN) or 1/C (backdoor)",
+            "margin_<attack>": "(matches - decision threshold) / K: accuracy above the arm's own decision threshold",
+            "fpr": "fraction of independently trained null models (GCNs with other seeds + one GraphSAGE) whose "
+            "matches reach the binomial tau(1e-3) (null-free threshold)",
+            "null_bit_acc": "mean bit (trigger) accuracy of the null models",
+            "kd_drop": "wm_acc_none - wm_acc_kd (how much plain distillation removes)",
+            "kdwm_gain": "wm_acc_kdwm - wm_acc_kd (how much re-applying the watermark loss during KD restores)",
+            "attacks": "none; prune<p>: global L1 magnitude pruning of p% of weights; finetune: 50 epochs Adam 1e-2 "
+            "on clean training nodes; int8/int4: symmetric per-tensor weight fake-quantisation; kd: fresh "
+            "GCN distilled on all nodes at T=4; kdwm: kd plus the owner's watermark loss (head frozen)",
+        }
+    ),
     plot=_plot,
 )
