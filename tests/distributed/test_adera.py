@@ -512,10 +512,12 @@ def test_wrapper_prefetch_overlaps_next_module_and_stays_exact():
 
     groups = ThreadGroup.create(2)
     xs = [torch.randn(2, 4, generator=torch.Generator().manual_seed(r)) for r in range(2)]
+    # Built here, not inside the rank threads: torch's global RNG is shared between threads.
+    models = {(r, prefetch): model() for r in range(2) for prefetch in (False, True)}
 
     def rank(r, prefetch):
         w = ShardedMoEWrapper(
-            model(),
+            models[(r, prefetch)],
             groups[r],
             "adera",
             check_exact=True,
