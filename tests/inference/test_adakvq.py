@@ -18,8 +18,12 @@ from neurips26.inference.adakvq import (
     AdaKVQConfig,
     BitController,
     aad_from_probs,
+    adakvq_memory_formula,
+    all_reduce_profile,
     allocate_bits,
+    allocate_kv_bits,
     calibrate_aad,
+    kv_ladder,
     register_aad_attention,
 )
 from neurips26.inference.quant import kivi_memory_formula
@@ -144,8 +148,9 @@ def test_controller_never_exceeds_budget_on_random_demands():
 
 
 # ------------------------------------------------------------------------------------------ cache
-def test_all16_equals_dynamic_cache_bitwise():
-    model = tiny_model(kv_heads=1)
+@pytest.mark.parametrize("kv_heads", [1, 2])
+def test_all16_equals_dynamic_cache_bitwise(kv_heads):
+    model = tiny_model(kv_heads=kv_heads)
     ids = torch.randint(1, 64, (2, 10), generator=torch.Generator().manual_seed(2))
     kw = dict(max_new_tokens=20, do_sample=False, output_scores=True, return_dict_in_generate=True)
     ref = model.generate(ids, cache=DynamicCache(config=model.config), **kw)
@@ -217,3 +222,194 @@ def test_config_errors():
         AdaKVQConfig(group_size=0)
     with pytest.raises(ValueError, match="profile has"):
         AdaKVQCache(model.config, AdaKVQConfig(), AADProfile(torch.zeros(2), torch.zeros(2)))
+
+
+# ------------------------------------------------------------------------------- key/value ladder
+def test_kv_ladder_and_key_bonus_floor():
+    assert kv_ladder((2, 3, 4)) == [(2, 2), (3, 3), (4, 4)]
+    assert kv_ladder((4, 2, 3), 1) == [(3, 2), (4, 3), (4, 4)]
+    assert kv_ladder((1, 2, 4), 2) == [(4, 1), (4, 2), (4, 4)]
+    assert kv_ladder((2, 16), 1) == [(16, 2), (16, 16)]
+    assert AdaKVQConfig(bits=(2, 3, 4), avg_bits=2.5, key_bonus=1).ladder[0] == (3, 2)
+    with pytest.raises(ValueError, match="below the cheapest rung"):
+        AdaKVQConfig(bits=(2, 3, 4), avg_bits=2.4, key_bonus=1)
+    with pytest.raises(ValueError, match="key_bonus"):
+        AdaKVQConfig(key_bonus=-1)
+    with pytest.raises(TypeError, match="key_bonus"):
+        AdaKVQConfig(key_bonus=1.0)
+
+
+def test_allocate_kv_bits_hand_cases():
+    # B = {1, 2, 4}, key_bonus 1: rungs (2,1) cost 1.5, (4,2) cost 3, (4,4) cost 4; budget 4 * 2.0 = 8:
+    # start 6.0; the top layer -> (4,2): 7.5; (4,4) would give 8.5 and the next layer (4,2) 9.0 -> stop
+    assert allocate_kv_bits([0.1, 0.5, 0.3, 0.9], (1, 2, 4), 2.0, key_bonus=1) == ([2, 2, 2, 4], [1, 1, 1, 2])
+    # B = {2, 3, 4}, mean 2.5 with key_bonus 1: every layer stays on (3, 2), i.e. exactly 2.5 bits
+    assert allocate_kv_bits([0.3, 0.9], (2, 3, 4), 2.5, key_bonus=1) == ([3, 3], [2, 2])
+    # key_bonus 0 is allocate_bits for keys and values alike
+    assert allocate_kv_bits([0.1, 0.5, 0.3, 0.9], (1, 2, 4), 2.0) == ([1, 2, 1, 4], [1, 2, 1, 4])
+    with pytest.raises(ValueError, match="below the cheapest rung"):
+        allocate_kv_bits([0.1], (2, 4), 2.5, key_bonus=1)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    demand=st.lists(st.floats(0, 1), min_size=1, max_size=12),
+    bits=st.sampled_from([(2, 3, 4), (1, 2, 4), (2, 4, 8), (1, 2, 3, 4, 8)]),
+    key_bonus=st.integers(0, 2),
+    frac=st.floats(0, 1),
+)
+def test_allocate_kv_budget_counts_keys_and_values_and_is_monotone(demand, bits, key_bonus, frac):
+    ladder = kv_ladder(bits, key_bonus)
+    floor = sum(ladder[0]) / 2
+    avg = floor + frac * (max(bits) - floor)
+    kb, vb = allocate_kv_bits(demand, bits, avg, key_bonus=key_bonus)
+    assert len(kb) == len(vb) == len(demand)
+    assert sum(k + v for k, v in zip(kb, vb)) / (2 * len(kb)) <= avg + 1e-9
+    levels = sorted(bits)
+    for k, v in zip(kb, vb):
+        assert k == levels[min(levels.index(v) + key_bonus, len(levels) - 1)]  # one rung of the ladder
+    for i in range(len(demand)):
+        for j in range(len(demand)):
+            if demand[i] > demand[j]:
+                assert vb[i] >= vb[j] and kb[i] >= kb[j]
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    seed=st.integers(0, 2**16),
+    bits=st.sampled_from([(2, 3, 4), (1, 2, 4), (2, 4, 8)]),
+    key_bonus=st.integers(0, 1),
+    frac=st.floats(0, 1),
+    slack=st.sampled_from([0.0, 0.05, 0.2]),
+)
+def test_controller_budget_holds_for_any_demand_sequence(seed, bits, key_bonus, frac, slack):
+    rng = random.Random(seed)
+    floor = sum(kv_ladder(bits, key_bonus)[0]) / 2
+    cfg = AdaKVQConfig(
+        bits=bits, avg_bits=floor + frac * (max(bits) - floor), budget_slack=slack, key_bonus=key_bonus
+    )
+    n = rng.randint(1, 6)
+    prof = AADProfile(torch.rand(n, generator=torch.Generator().manual_seed(seed)), torch.full((n,), 0.05))
+    tracker = AADTracker(ema=rng.choice([0.0, 0.5, 0.9]))
+    _, base = allocate_kv_bits(prof, cfg.bits, cfg.avg_bits, key_bonus=key_bonus)
+    ctl = BitController(cfg, base, prof, tracker)
+    assert ctl.running_mean() <= cfg.avg_bits + 1e-9
+    for _ in range(60):
+        layer = rng.randrange(n)
+        tracker.record(layer, torch.tensor([rng.random()]))
+        kbits, vbits = ctl.choose_kv(layer, rng.choice([32, 64, 256]))
+        assert (kbits, vbits) in cfg.ladder
+        assert ctl.running_mean() <= cfg.avg_bits + cfg.budget_slack + 1e-9
+
+
+def test_key_bonus_cache_online_generate_budget_and_memory_formula():
+    model = tiny_model()
+    model.set_attn_implementation(register_aad_attention(n_probe=8))
+    ids = torch.randint(1, 64, (2, 30), generator=torch.Generator().manual_seed(4))
+    prof = AADProfile(torch.tensor([0.2, 0.5, 0.5]), torch.tensor([0.01, 0.01, 0.01]))
+    tracker = AADTracker()
+    q = AdaKVQConfig(bits=(1, 2, 4), avg_bits=2.0, group_size=4, residual_length=4, key_bonus=1)
+    cache = AdaKVQCache(model.config, q, prof, tracker)
+    # rungs (2,1) 1.5, (4,2) 3, (4,4) 4; 3 layers, budget 6: 4.5 -> layer 2 to (4,2): 6.0 -> stop
+    assert cache.base_bits == [1, 1, 2] and cache.base_key_bits == [2, 2, 4]
+    with tracker.active():
+        out = model.generate(ids, max_new_tokens=10, do_sample=False, cache=cache)
+    model.set_attn_implementation("sdpa")
+    assert out.shape == (2, 40) and cache.get_seq_length() == 39
+    log = cache.kv_bits_log()
+    assert len(log) == 3 * ((39 - 4) // 4)
+    assert all((k, v) in q.ladder for _, _, k, v in log)
+    assert [(layer, i, v) for layer, i, _, v in log] == cache.bits_log()
+    limit = q.avg_bits + q.budget_slack + 1e-9
+    assert cache.controller.running_mean() <= limit and cache.average_bits() <= limit
+    assert cache.average_bits("keys") > cache.average_bits("values")
+    n_k = sum(k for *_, k, _ in log) / len(log)
+    n_v = sum(v for *_, v in log) / len(log)
+    assert cache.average_bits("keys") == pytest.approx(n_k) and cache.average_bits("values") == pytest.approx(
+        n_v
+    )
+    assert cache.average_bits() == pytest.approx((n_k + n_v) / 2)
+    measured = cache.memory_bytes(fp_itemsize=2)
+    formula = cache.memory_formula(fp_itemsize=2)
+    assert all(measured[k] == formula[k] for k in ("payload", "metadata", "residual", "total"))
+    layer = cache.layers[2]
+    assert layer.key_block_bits == [k for li, _, k, _ in log if li == 2]
+
+
+def test_key_bonus_memory_hand_case():
+    model = tiny_model(layers=1, kv_heads=1)
+    q = AdaKVQConfig(bits=(2, 4), avg_bits=3.0, group_size=4, residual_length=2, key_bonus=1)
+    cache = AdaKVQCache(model.config, q)  # no profile: highest rung with cost <= 3 -> (4, 2)
+    assert cache.base_key_bits == [4] and cache.base_bits == [2]
+    k = torch.randn(1, 1, 10, 16)
+    cache.update(k, k, 0)
+    m = cache.memory_bytes(fp_itemsize=2)
+    # 2 blocks of 4 tokens: keys 64 codes * 4 bits = 32 B + 16 channels * 2 * 2 B = 64 B metadata;
+    # values 64 codes * 2 bits = 16 B + 4 tokens * 1 group * 2 * 2 B = 16 B; residual 2 tokens * 16 * 2 (K, V) * 2 B
+    assert (m["payload"], m["metadata"], m["residual"]) == (2 * (32 + 16), 2 * (64 + 16), 128)
+    f = adakvq_memory_formula(1, 1, 10, 16, [(4, 2), (4, 2)], 4, 2, fp_itemsize=2)
+    assert f == {"payload": 96, "metadata": 160, "residual": 128, "total": 384}
+    assert cache.memory_formula(fp_itemsize=2) == f
+    assert cache.average_bits() == 3.0 and cache.average_bits("keys") == 4.0
+    # a 16-bit key half costs 2 bytes per element and no metadata
+    assert adakvq_memory_formula(1, 1, 4, 16, [(16, 2)], 4, 0, fp_itemsize=2)["payload"] == 128 + 16
+    with pytest.raises(ValueError, match="do not fit"):
+        adakvq_memory_formula(1, 1, 4, 16, [(4, 2), (4, 2)], 4, 0)
+    with pytest.raises(ValueError, match="which"):
+        cache.average_bits("both")
+
+
+def test_one_bit_blocks_extreme_setting():
+    model = tiny_model(layers=1, kv_heads=1)
+    cache = AdaKVQCache(model.config, AdaKVQConfig(bits=(1,), avg_bits=1.0, group_size=4, residual_length=0))
+    k = torch.randn(2, 1, 8, 16, generator=torch.Generator().manual_seed(5))
+    v = torch.randn(2, 1, 8, 16, generator=torch.Generator().manual_seed(6))
+    cache.update(k, v, 0)
+    layer = cache.layers[0]
+    assert layer.block_bits == [1, 1] and layer.key_block_bits == [1, 1]
+    dk, dv = layer.dequantized_states()
+    for x, xh in ((k, dk), (v, dv)):
+        assert xh.shape == x.shape
+    # keys: per channel and block of 4 tokens two levels {min, max}; error <= half the range (+fp16 step)
+    kb = k.reshape(2, 1, 2, 4, 16)
+    dkb = dk.reshape(2, 1, 2, 4, 16)
+    half = (kb.amax(3, keepdim=True) - kb.amin(3, keepdim=True)) / 2
+    assert bool(((kb - dkb).abs() <= half * (1 + 2e-3) + 1e-3).all())
+    assert all(
+        len(torch.unique(dkb[b, 0, g, :, c])) <= 2 for b in range(2) for g in range(2) for c in range(16)
+    )
+    m = cache.memory_bytes()
+    assert m["payload"] == 2 * 2 * (2 * 4 * 16) // 8  # 2 blocks x (K + V) x 128 scalars at 1 bit
+
+
+def test_step_by_step_shapes_and_seq_length_gqa_batch():
+    model = tiny_model(kv_heads=2)  # 4 query heads, 2 KV heads
+    q = AdaKVQConfig(bits=(2, 3, 4), avg_bits=3.0, group_size=4, residual_length=3, key_bonus=1)
+    cache, ref = AdaKVQCache(model.config, q), DynamicCache(config=model.config)
+    ids = torch.randint(1, 64, (3, 7), generator=torch.Generator().manual_seed(7))
+    with torch.no_grad():
+        for step in range(15):
+            x = ids if step == 0 else torch.randint(1, 64, (3, 1))
+            a = model(x, cache=cache)
+            b = model(x, cache=ref)
+            assert a.logits.shape == b.logits.shape
+            assert cache.get_seq_length() == ref.get_seq_length() == 7 + step
+            for la, lb in zip(cache.layers, ref.layers):
+                deq, _ = la.dequantized_states()
+                assert deq.shape[-2] + la.keys.shape[-2] == lb.keys.shape[-2]
+                assert deq.shape[:2] == lb.keys.shape[:2] == (3, 2)
+                assert len(la.key_blocks) == max(0, (7 + step - 3) // 4)
+
+
+def test_all_reduce_profile_without_process_group_equals_local_profile():
+    tracker = AADTracker()
+    g = torch.Generator().manual_seed(8)
+    for _ in range(5):
+        for layer in range(3):
+            tracker.record(layer, torch.rand(4, generator=g) * (layer + 1) / 3)
+    local, reduced = tracker.profile(), all_reduce_profile(tracker)
+    assert torch.allclose(local.mean, reduced.mean, atol=1e-6)
+    assert torch.allclose(local.std, reduced.std, atol=1e-6)
+    assert all_reduce_profile(tracker, num_layers=4).mean.shape == (4,)
+    with pytest.raises(ValueError, match="stats must be"):
+        AADProfile.from_stats(torch.zeros(3, 2))
