@@ -2,7 +2,7 @@
 
 import json
 
-from neurips26.claims.report import build_report, fmt, load_results, mean_std
+from neurips26.claims.report import benchmark_tables, build_report, fmt, load_results, mean_std
 
 
 def fixture_result(slug="toy", verdict="reproduced", over=False):
@@ -68,3 +68,31 @@ def test_formatting():
     assert mean_std([1.0, 3.0]) == (2.0, 2**0.5)
     assert fmt([0.5]) == "0.500"
     assert fmt([]) == "n/a"
+
+
+def test_benchmark_tables_render_the_first_seed_that_has_one(tmp_path):
+    result = fixture_result()
+    bench = {
+        "T=1024": {"q": {"decode_step_s": 0.25, "peak_bytes": 3.0e6}, "full": {"decode_step_s": 0.05}},
+        "T=2048": {"q": {"decode_step_s": 0.5, "peak_bytes": 6.0e6}},
+    }
+    result["info"] = [{"decode_benchmark": bench, "other": {"x": 1}}, {"decode_benchmark": {"T=1": {}}}]
+    tables = benchmark_tables(result)
+    assert [t[0] for t in tables] == ["decode_benchmark"]
+    name, header, rows = tables[0]
+    assert header == ["setting", "arm", "decode_step_s", "peak_bytes"]
+    assert rows == [
+        ["T=1024", "q", "0.25", "3e+06"],
+        ["T=1024", "full", "0.05", ""],
+        ["T=2048", "q", "0.5", "6e+06"],
+    ]
+    (tmp_path / "toy.json").write_text(json.dumps(result))
+    md, html = build_report(tmp_path)
+    assert "| T=2048 | q | 0.5 | 6e+06 |" in md.read_text()
+    assert "decode_benchmark" in html.read_text()
+
+
+def test_benchmark_tables_ignore_non_benchmark_info():
+    result = fixture_result()
+    result["info"] = [{"timings": {"a": {"b": 1.0}}, "bad_benchmark": [1, 2]}]
+    assert benchmark_tables(result) == []

@@ -152,44 +152,18 @@ def evaluate_item(model, item: dict[str, Any], caches: dict[str, Any]) -> dict[s
 
 
 def _decode_benchmark(model, adkv_params, bits: int, contexts: tuple[int, ...], steps: int) -> dict[str, Any]:
-    """Decode-step latency and KV storage of each cache vs DynamicCache (random states, one run)."""
-    cfg = model.config
-    kv_heads = cfg.num_key_value_heads
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-    g = torch.Generator().manual_seed(0)
-    report: dict[str, Any] = {}
-    for T in contexts:
-        kv = [
-            (
-                torch.randn(1, kv_heads, T, head_dim, generator=g),
-                torch.randn(1, kv_heads, T, head_dim, generator=g),
-            )
-            for _ in range(cfg.num_hidden_layers)
-        ]
-        caches = make_caches(cfg, adkv_params, bits, 32, keep=False)
-        caches.pop("adkv_uncalibrated")
-        row: dict[str, Any] = {}
-        for arm, cache in caches.items():
-            _fill(cache, kv)
-            tok = torch.zeros(1, 1, dtype=torch.long)
-            times = []
-            with torch.no_grad():
-                for _ in range(steps):
-                    start = time.perf_counter()
-                    model(tok, cache=cache)
-                    times.append(time.perf_counter() - start)
-            mem = _memory(cache, cfg.num_hidden_layers)
-            row[arm] = {"decode_step_s": sorted(times)[len(times) // 2], "kv_bytes": mem["total"]}
-        base = row["full"]
-        for r in row.values():
-            r["latency_ratio_vs_dynamic"] = r["decode_step_s"] / base["decode_step_s"]
-            r["kv_bytes_ratio_vs_dynamic"] = r["kv_bytes"] / base["kv_bytes"]
-        report[f"T={T}"] = row
-    return report
+    """Decode-step latency, stored bytes and peak memory of each cache vs DynamicCache (one run)."""
+    from neurips26.inference.benchmark import decode_benchmark
+
+    def caches() -> dict[str, Any]:
+        arms = make_caches(model.config, adkv_params, bits, 32, keep=False)
+        arms.pop("adkv_uncalibrated")
+        return arms
+
+    return decode_benchmark(model, caches, contexts, steps=steps, seed=0)
 
 
 def _run(config: dict[str, Any], seed: int) -> SeedResult:
-    torch.set_num_threads(config.get("threads", 2))
     start = time.perf_counter()
     if config["model"] == "tiny":
         model, tok = _tiny_model(seed=0), None

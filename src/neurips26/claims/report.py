@@ -192,6 +192,47 @@ def glossary(results: list[dict[str, Any]]) -> dict[str, str]:
     return dict(sorted(terms.items()))
 
 
+def benchmark_tables(result: dict[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
+    """Tables of the performance benchmarks a claim stored in its per-seed ``info``.
+
+    A benchmark is an ``info`` entry whose name ends in ``_benchmark`` and whose value is
+    ``{setting: {arm: {measure: number}}}`` (for example ``{"T=1024": {"kivi": {"decode_step_s": ...}}}``).
+    The first seed that carries it is rendered: one row per (setting, arm), one column per measure.
+
+    Returns
+    -------
+    list of (name, header, rows)
+    """
+    tables = []
+    for info in result.get("info") or []:
+        for name, bench in (info or {}).items():
+            if not name.endswith("_benchmark") or any(t[0] == name for t in tables):
+                continue
+            if not isinstance(bench, dict) or not all(isinstance(row, dict) for row in bench.values()):
+                continue
+            measures: list[str] = []
+            rows = []
+            for setting, arms in bench.items():
+                for arm, values in arms.items():
+                    if not isinstance(values, dict):
+                        continue
+                    for m in values:
+                        if m not in measures:
+                            measures.append(m)
+                    rows.append((setting, arm, values))
+            table = [[setting, arm] + [_fmt_number(v.get(m)) for m in measures] for setting, arm, v in rows]
+            tables.append((name, ["setting", "arm", *measures], table))
+    return tables
+
+
+def _fmt_number(value: Any) -> str:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return "" if value is None else str(value)
+    if value != 0 and (abs(value) >= 1e5 or abs(value) < 1e-3):
+        return f"{value:.3g}"
+    return f"{value:.4g}"
+
+
 def _section_md(r: dict[str, Any], plots: list[Path], base: Path) -> str:
     arms = [r["method"], *r["baselines"]]
     rows = [[name] + [fmt(values.get(a)) for a in arms] for name, values in r["metrics"].items()]
@@ -223,6 +264,8 @@ def _section_md(r: dict[str, Any], plots: list[Path], base: Path) -> str:
     ):
         if r.get(key):
             lines += [f"**{label}.** {r[key]}", ""]
+    for name, header, rows in benchmark_tables(r):
+        lines += [f"**Benchmark `{name}`** (one run).", "", _md_table(header, rows), ""]
     for p in plots:
         lines += [f"![{p.stem}]({os.path.relpath(p, base)})", ""]
     return "\n".join(lines)
@@ -298,6 +341,9 @@ def _html(results: list[dict[str, Any]], rows: list[list[str]], plots: dict[str,
         for label, key in (("Implemented", "implemented"), ("Differences", "differences"), ("Data", "data")):
             if r.get(key):
                 parts.append(f"<p><b>{label}.</b> {html.escape(r[key])}</p>")
+        for name, header, table in benchmark_tables(r):
+            parts.append(f"<p><b>Benchmark <code>{html.escape(name)}</code></b></p>")
+            parts.append(_html_table(header, table))
         parts += [_img(p) for p in plots[r["slug"]]]
     parts.append("<h2>Glossary</h2><dl>")
     parts += [
