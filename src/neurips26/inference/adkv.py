@@ -107,6 +107,16 @@ class ADKVConfig:
     storage : {"packed", "simulated"}
         ``packed`` replays the decoder over the stored codes at every step; ``simulated`` also keeps the
         reconstruction in full precision for speed (identical outputs; memory always measured on codes).
+    n_outliers : int >= 0
+        Channels per (layer, KV head, stream) kept exactly in fp16 instead of being ADKV-coded: the
+        ``n_outliers`` channels of largest mean square, chosen once (by :func:`calibrate_adkv` from the
+        calibration keys/values, else from the first ``init_tokens`` tokens of the first prefill, pooled
+        over the batch). Their indices are static per head. Must be ``< head_dim`` (checked when the
+        head size is known). 0 (default) = no outliers.
+    checkpoint_every : int >= 1 or None
+        ``C``: store the exact decoder state every ``C`` encoded tokens so the packed decoder replays
+        the ``ceil(T / C)`` chunks in parallel. Outputs are bit-identical to ``None`` (no checkpoints);
+        metadata grows by ``(T - 1) // C`` states of ``3 * 64`` bits per channel.
     """
 
     bits: int = 2
@@ -120,6 +130,8 @@ class ADKVConfig:
     value_group_size: int = 32
     residual_length: int = 0
     storage: str = "packed"
+    n_outliers: int = 0
+    checkpoint_every: int | None = None
 
     def __post_init__(self) -> None:
         check_int("bits", self.bits)
@@ -135,6 +147,14 @@ class ADKVConfig:
         check_int("value_group_size", self.value_group_size, low=1)
         check_int("residual_length", self.residual_length, low=0)
         check_choice("storage", self.storage, ("packed", "simulated"))
+        check_int("n_outliers", self.n_outliers, low=0)
+        if self.checkpoint_every is not None:
+            check_int("checkpoint_every", self.checkpoint_every, low=1)
+
+    def check_head_dim(self, head_dim: int) -> None:
+        """Raise ``ValueError`` unless ``n_outliers < head_dim``."""
+        if self.n_outliers >= head_dim:
+            raise ValueError(f"n_outliers ({self.n_outliers}) must be smaller than head_dim ({head_dim})")
 
     @property
     def offset(self) -> int:
@@ -151,8 +171,10 @@ class ADKVState:
     """Decoder/encoder state of a stream of shape ``[..., T, D]``.
 
     ``z1``, ``a1`` (``Tensor[..., D]``, fp16) are the stored initial state; ``log_acc``, ``cmax``,
-    ``dsum`` (float64) and ``t`` are the encoder's running accumulators (not stored: recomputable from
-    the codes).
+    ``dsum`` (float64) and ``t`` (tokens encoded so far) are the encoder's running accumulators (not
+    stored: recomputable from the codes). ``checkpoints`` (``Tensor[..., K, 3, D]`` float64, only with
+    ``checkpoint_every = C``) holds the exact accumulators ``(log_acc, cmax, dsum)`` before tokens
+    ``C, 2C, ..., K C`` (0-based): these are stored metadata.
     """
 
     z1: torch.Tensor
@@ -161,20 +183,31 @@ class ADKVState:
     cmax: torch.Tensor | None = None
     dsum: torch.Tensor | None = None
     t: int = 0
+    checkpoints: torch.Tensor | None = None
+
+    def _fields(self, fn) -> ADKVState:
+        f = lambda v: None if v is None else fn(v)  # noqa: E731
+        return ADKVState(
+            f(self.z1),
+            f(self.a1),
+            f(self.log_acc),
+            f(self.cmax),
+            f(self.dsum),
+            self.t,
+            f(self.checkpoints),
+        )
 
     def index_select(self, index: torch.Tensor, dim: int = 0) -> ADKVState:
         """Select along the batch dimension ``dim`` of every field."""
-        sel = lambda v: None if v is None else v.index_select(dim, index.to(v.device))  # noqa: E731
-        return ADKVState(
-            sel(self.z1), sel(self.a1), sel(self.log_acc), sel(self.cmax), sel(self.dsum), self.t
-        )
+        return self._fields(lambda v: v.index_select(dim, index.to(v.device)))
 
     def repeat_interleave(self, repeats: int, dim: int = 0) -> ADKVState:
         """Repeat along the batch dimension ``dim`` of every field."""
-        rep = lambda v: None if v is None else v.repeat_interleave(repeats, dim=dim)  # noqa: E731
-        return ADKVState(
-            rep(self.z1), rep(self.a1), rep(self.log_acc), rep(self.cmax), rep(self.dsum), self.t
-        )
+        return self._fields(lambda v: v.repeat_interleave(repeats, dim=dim))
+
+    def select(self, i: int) -> ADKVState:
+        """The state of entry ``i`` of the leading dimension of every field."""
+        return self._fields(lambda v: v[i])
 
 
 def _ste_round(u: torch.Tensor) -> torch.Tensor:
@@ -276,10 +309,13 @@ class ADKVQuantizer:
         keep = 1.0 - eta_s
         gain = eta_s * gamma / o
         xs = x.to(dtype)
-        codes, recon = [], []
+        codes, recon, ckpts = [], [], []
+        every = cfg.checkpoint_every if not ste else None
         for t in range(xs.shape[-2]):
             if bptt and t and t % bptt == 0:
                 log_acc, cmax, dsum = log_acc.detach(), cmax.detach(), dsum.detach()
+            if every and (state.t + t) and (state.t + t) % every == 0:
+                ckpts.append(torch.stack([log_acc, cmax, dsum], -2).detach())
             s = torch.exp(log_acc + cmax)
             z = z1 + eta_z * dsum
             u = (xs[..., t, :] - z) / s
@@ -293,15 +329,38 @@ class ADKVQuantizer:
             sat = ((q.detach() == 0) | (q.detach() == top)).to(dtype)
             log_acc = log_acc + (torch.log(keep + gain * d.abs()) + sat * log_omega)
             cmax = torch.maximum(cmax, log_smin - log_acc)
+        checkpoints = state.checkpoints
+        if ckpts:
+            new_ck = torch.stack(ckpts, -3)  # [..., K_new, 3, D]
+            checkpoints = new_ck if checkpoints is None else torch.cat([checkpoints.to(dtype), new_ck], -3)
         end = ADKVState(
-            state.z1, state.a1, log_acc.detach(), cmax.detach(), dsum.detach(), state.t + xs.shape[-2]
+            state.z1,
+            state.a1,
+            log_acc.detach(),
+            cmax.detach(),
+            dsum.detach(),
+            state.t + xs.shape[-2],
+            checkpoints,
         )
         q_all = torch.stack(codes, -2).to(torch.uint8) if codes else torch.zeros_like(xs, dtype=torch.uint8)
         xh = torch.stack(recon, -2) if recon else xs.clone()
         return q_all, xh, end
 
-    def _replay(self, codes: torch.Tensor, state: ADKVState, params: torch.Tensor) -> torch.Tensor:
-        """Parallel-scan decoder over ``codes: uint8 [..., T, D]`` from the initial state (float64)."""
+    def _scan(
+        self,
+        codes: torch.Tensor,
+        state: ADKVState,
+        params: torch.Tensor,
+        checkpoints: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Chunked parallel-scan decoder over ``codes: uint8 [..., T, D]`` (float64).
+
+        Returns ``(z, s, d)`` per token (zero-point, step, signed code). Without ``checkpoints`` the
+        whole stream is one chunk scanned from the initial state; with them (``Tensor[..., K, 3, D]``
+        exact accumulators before tokens ``C, 2C, ...``) the ``ceil(T / C)`` chunks are scanned at once
+        (vectorised over a chunk dimension). Both follow the encoder's left-to-right float64 operation
+        order (a chunk's running sums start from the checkpointed sums), hence identical bits.
+        """
         cfg = self.config
         dtype = torch.float64
         o = cfg.offset
@@ -309,22 +368,62 @@ class ADKVQuantizer:
         eta_z, eta_s, gamma = self._split(params, dtype, True)
         z1 = state.z1.to(dtype)
         s1, log_smin = self._start(state, gamma, dtype)
-        q = codes.to(dtype)
-        d = q - o
+        T, D = codes.shape[-2], codes.shape[-1]
+        lead = torch.broadcast_shapes(codes.shape[:-2], z1.shape[:-1], eta_z.shape[:-1])
+        if T == 0:
+            empty = torch.zeros(*lead, 0, D, dtype=dtype, device=codes.device)
+            return empty, empty, empty
+        size = T
+        if checkpoints is not None and cfg.checkpoint_every:
+            size = cfg.checkpoint_every
+        n = math.ceil(T / size)
+        if n > 1 and checkpoints.shape[-3] < n - 1:
+            raise ValueError(
+                f"decoding {T} tokens in chunks of {size} needs {n - 1} checkpoints, got {checkpoints.shape[-3]}"
+            )
+        d = codes.to(dtype) - o
         sat = ((codes == 0) | (codes == top)).to(dtype)
-        m = torch.log((1.0 - eta_s).unsqueeze(-2) + (eta_s * gamma / o).unsqueeze(-2) * d.abs())
+        pad = n * size - T
+        if pad:
+            d = torch.nn.functional.pad(d, (0, 0, 0, pad))
+            sat = torch.nn.functional.pad(sat, (0, 0, 0, pad))
+        full = (*lead, n, size, D)
+        d = d.reshape(*d.shape[:-2], n, size, D).expand(full)
+        sat = sat.reshape(*sat.shape[:-2], n, size, D).expand(full)
+        keep = (1.0 - eta_s)[..., None, None, :]
+        gain = (eta_s * gamma / o)[..., None, None, :]
+        m = torch.log(keep + gain * d.abs())
         m = m + sat * math.log(cfg.overload_up)
-        incl = torch.cumsum(m, dim=-2)
-        log_acc = torch.cat([torch.zeros_like(incl[..., :1, :]), incl[..., :-1, :]], dim=-2)
-        c = log_smin.unsqueeze(-2) - log_acc
-        c = torch.cat([torch.log(s1).unsqueeze(-2).expand_as(c[..., :1, :]), c[..., 1:, :]], dim=-2)
+        first = (*lead, 1, 1, D)
+        zero = torch.zeros(first, dtype=dtype, device=codes.device)
+        acc0, cmax0, dsum0 = zero, torch.log(s1).expand(*lead, D).reshape(first), zero
+        if n > 1:
+            ck = checkpoints[..., : n - 1, :, :].to(dtype).unsqueeze(-2)  # [..., n-1, 3, 1, D]
+            rest = (*lead, n - 1, 1, D)
+            acc0 = torch.cat([acc0, ck[..., 0, :, :].expand(rest)], -3)
+            cmax0 = torch.cat([cmax0, ck[..., 1, :, :].expand(rest)], -3)
+            dsum0 = torch.cat([dsum0, ck[..., 2, :, :].expand(rest)], -3)
+        log_acc = torch.cumsum(torch.cat([acc0, m[..., : size - 1, :]], -2), -2)
+        c = log_smin[..., None, None, :] - log_acc
+        c = torch.cat([cmax0, c[..., 1:, :]], -2)
         cmax = torch.cummax(c, dim=-2).values
         s = torch.exp(log_acc + cmax)
         ds = d * s
-        dincl = torch.cumsum(ds, dim=-2)
-        dsum = torch.cat([torch.zeros_like(dincl[..., :1, :]), dincl[..., :-1, :]], dim=-2)
-        z = z1.unsqueeze(-2) + eta_z.unsqueeze(-2) * dsum
-        return z + ds
+        dsum = torch.cumsum(torch.cat([dsum0, ds[..., : size - 1, :]], -2), -2)
+        z = z1[..., None, None, :] + eta_z[..., None, None, :] * dsum
+        flat = lambda v: v.reshape(*lead, n * size, D)[..., :T, :]  # noqa: E731
+        return flat(z), flat(s), flat(d)
+
+    def _replay(
+        self,
+        codes: torch.Tensor,
+        state: ADKVState,
+        params: torch.Tensor,
+        checkpoints: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Reconstruction ``z_t + d_t s_t`` (float64) of unpacked ``codes: uint8 [..., T, D]``."""
+        z, s, d = self._scan(codes, state, params, checkpoints)
+        return z + d * s
 
     # -- public API ---------------------------------------------------------------------------
     def encode(self, x: torch.Tensor, state: ADKVState) -> tuple[torch.Tensor, ADKVState]:
@@ -339,21 +438,44 @@ class ADKVQuantizer:
         q, _, end = self._run(x, state, self.params, torch.float64, stored=True)
         return pack_bits(q, self.config.bits), end
 
-    def decode(self, codes: torch.Tensor, T: int, init_state: ADKVState | None) -> torch.Tensor:
-        """Reconstruct ``Tensor[..., T, D]`` (float64 -> float32) from packed codes and the initial state."""
+    def decode(
+        self,
+        codes: torch.Tensor,
+        T: int,
+        init_state: ADKVState | None,
+        checkpoints: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Reconstruct ``Tensor[..., T, D]`` (float64 -> float32) from packed codes and the initial state.
+
+        ``codes`` must start at the token the initial state was built for. ``checkpoints``
+        (``end_state.checkpoints`` of an encoder with ``checkpoint_every``) switch to chunk-parallel
+        replay with bit-identical output.
+        """
         if init_state is None:
             raise RuntimeError("decode needs the initial state (init_state) the stream was encoded from")
         check_int("T", T, low=0)
         q = unpack_bits(codes, self.config.bits, self.num_channels)
         if q.shape[-2] != T:
             raise ValueError(f"codes hold {q.shape[-2]} tokens, T is {T}")
-        return self._replay(q, init_state, self.params).to(torch.float32)
+        return self._replay(q, init_state, self.params, checkpoints).to(torch.float32)
 
-    def decode_codes(self, q: torch.Tensor, init_state: ADKVState) -> torch.Tensor:
+    def decode_codes(
+        self, q: torch.Tensor, init_state: ADKVState | None, checkpoints: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Reconstruct from unpacked codes ``uint8 [..., T, D]`` (float64)."""
         if init_state is None:
             raise RuntimeError("decode needs the initial state (init_state) the stream was encoded from")
-        return self._replay(q, init_state, self.params)
+        return self._replay(q, init_state, self.params, checkpoints)
+
+    def decode_states(
+        self, q: torch.Tensor, init_state: ADKVState | None, checkpoints: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The decoder's zero-points ``z_t`` and steps ``s_t`` (float64 ``[..., T, D]`` each), regenerated
+        from unpacked codes ``uint8 [..., T, D]`` and the initial state alone."""
+        if init_state is None:
+            raise RuntimeError("decode needs the initial state (init_state) the stream was encoded from")
+        z, s, _ = self._scan(q, init_state, self.params, checkpoints)
+        return z, s
 
     def simulate(
         self,
