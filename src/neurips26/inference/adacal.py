@@ -80,6 +80,7 @@ from neurips26.common.checks import check_choice, check_float, check_int
 
 __all__ = [
     "AUGMENT_MODES",
+    "BACKENDS",
     "DEFAULT_POLICIES",
     "HEAD_DENSE",
     "HEAD_DYNAMIC",
@@ -93,6 +94,7 @@ __all__ = [
     "a_shape_mask",
     "block_density",
     "dispatch_features",
+    "flex_block_mask",
     "flexprefill_mask",
     "last_stats",
     "plan_blocks",
@@ -106,6 +108,7 @@ __all__ = [
 TASKS = ("structure", "mixed", "retrieval")
 AUGMENT_MODES = ("off", "topm", "topm+stride")
 METHODS = ("adacal", "a_shape", "flexprefill", "dense")
+BACKENDS = ("reference", "flex")
 HEAD_STATIC, HEAD_DYNAMIC, HEAD_DENSE = 0, 1, 2
 
 
@@ -176,8 +179,10 @@ class AdaCalConfig:
         Stride ``r`` of ``"topm+stride"`` augmentation.
     default_task : str
         Task used when neither a tag nor a dispatcher decides.
-    backend : {"reference"}
-        ``"reference"``: token-expanded mask + exact SDPA (pure torch, any device).
+    backend : {"reference", "flex"}
+        ``"reference"``: token-expanded mask + exact SDPA (pure torch, any device). ``"flex"``:
+        ``torch.nn.attention.flex_attention`` with a ``BlockMask`` built from the plan
+        (:func:`flex_block_mask`); block-sparse on GPU, eager and unfused (slow, exact) on CPU.
     """
 
     block_size: int = 128
@@ -211,7 +216,7 @@ class AdaCalConfig:
         check_int("augment_top_m", self.augment_top_m, low=0)
         check_int("augment_stride", self.augment_stride, low=1)
         check_choice("default_task", self.default_task, TASKS)
-        check_choice("backend", self.backend, ("reference",))
+        check_choice("backend", self.backend, BACKENDS)
 
 
 # --------------------------------------------------------------------------------------------
@@ -718,12 +723,15 @@ def sparse_prefill_attention(
         Logit scale (default ``d ** -0.5``).
     attention_mask : Tensor ``[b, 1, n, n]``, optional
         ``transformers`` 4-D mask: bool (True = attend) or additive float.
-    backend : {"masked", "gather"}
+    backend : {"masked", "gather", "flex"}
         ``"masked"`` (default): expand the block mask to tokens and make one masked SDPA call (dense
         cost, exact; the fastest pure-torch option on CPU). ``"gather"``: per query block, gather
         the selected key blocks and attend to them, so the arithmetic scales with the density
         (slower on CPU because of the Python loop and gathers; the shape a block-sparse kernel
-        takes).
+        takes). ``"flex"``: ``torch.nn.attention.flex_attention`` with the ``BlockMask`` of
+        :func:`flex_block_mask` (GQA through ``enable_gqa``, a short tail block handled by
+        ``seq_lengths``); compiled with ``torch.compile`` on CUDA, where only the selected blocks are
+        computed; eager on other devices (exact, unfused: it materialises the full score matrix).
 
     Returns
     -------
@@ -748,7 +756,7 @@ def sparse_prefill_attention(
         raise ValueError(
             f"block_mask must end with ({nb}, {nb}) for n={n}, block_size={block_size}; got {tuple(block_mask.shape)}"
         )
-    check_choice("backend", backend, ("gather", "masked"))
+    check_choice("backend", backend, ("gather", "masked", "flex"))
     scale = d**-0.5 if scale is None else float(scale)
     while block_mask.dim() < 4:
         block_mask = block_mask.unsqueeze(0)
@@ -761,6 +769,8 @@ def sparse_prefill_attention(
         else:
             allowed_tok = am > torch.finfo(am.dtype).min / 2
             additive = torch.where(allowed_tok, am, torch.zeros_like(am)).to(q.dtype)
+    if backend == "flex":
+        return _flex_attention(q, k, v, block_mask, block_size, scale, allowed_tok, additive)
     ke, ve = _expand_kv(k, h), _expand_kv(v, h)
     if backend == "masked":
         return _masked_attention(q, ke, ve, block_mask, block_size, scale, allowed_tok, additive)
@@ -833,6 +843,144 @@ def _gather_attention(q, ke, ve, block_mask, block_size, scale, allowed_tok, add
                 add = additive[:, :, q0:q1].expand(b, h, q1 - q0, nb * B).gather(-1, cols)
         mask = _finish_mask(allowed, kpos == qpos, add, q.dtype)
         out[:, :, q0:q1] = F.scaled_dot_product_attention(q[:, :, q0:q1], kk, vv, attn_mask=mask, scale=scale)
+    return out.transpose(1, 2).contiguous()
+
+
+def flex_block_mask(
+    block_mask: torch.Tensor,
+    block_size: int,
+    n: int,
+    attention_mask: torch.Tensor | None = None,
+):
+    """Translate a block plan into a ``torch.nn.attention.flex_attention.BlockMask``.
+
+    The ``BlockMask`` lists, per query block, the selected key blocks (``kv_num_blocks`` /
+    ``kv_indices``, ascending); blocks strictly below the diagonal are marked *full* (no mask
+    evaluation inside the kernel) when there is no padding mask, the diagonal block is *partial*.
+    Its ``mask_mod`` is the token-level rule
+    ``kv <= q and block_mask[b, h, q // B, kv // B] and attention_mask[b, 0, q, kv]``, plus the
+    self position for a query row that would otherwise see nothing (left padding), as in the
+    reference path. Eager (uncompiled) ``flex_attention`` only evaluates ``mask_mod``, so the block
+    lookup inside it keeps both execution modes exact.
+
+    Parameters
+    ----------
+    block_mask : BoolTensor ``[nb, nb]``, ``[h, nb, nb]`` or ``[b, h, nb, nb]``
+        Selected blocks (entries above the diagonal are ignored; the diagonal is forced on).
+    block_size : int
+        Block edge ``B`` (the ``BlockMask``'s ``BLOCK_SIZE`` for queries and keys).
+    n : int
+        Sequence length (``nb = ceil(n / B)``; a short tail block is allowed).
+    attention_mask : Tensor ``[b, 1, n, n]``, optional
+        ``transformers`` 4-D mask (bool, True = attend; or additive float, where entries at or
+        below ``finfo.min / 2`` count as masked).
+
+    Returns
+    -------
+    torch.nn.attention.flex_attention.BlockMask
+        Shape ``(b, h, n, n)`` (``b`` or ``h`` are 1 where ``block_mask`` has no such dim).
+    """
+    from torch.nn.attention.flex_attention import BlockMask
+
+    check_int("block_size", block_size, low=1)
+    check_int("n", n, low=1)
+    if not isinstance(block_mask, torch.Tensor) or block_mask.dtype != torch.bool:
+        raise TypeError("block_mask must be a bool tensor")
+    nb = _n_blocks(n, block_size)
+    if block_mask.dim() < 2 or block_mask.dim() > 4 or block_mask.shape[-2:] != (nb, nb):
+        raise ValueError(
+            f"block_mask must be [.., {nb}, {nb}] for n={n}, block_size={block_size}; got {tuple(block_mask.shape)}"
+        )
+    while block_mask.dim() < 4:
+        block_mask = block_mask.unsqueeze(0)
+    dev = block_mask.device
+    causal = _causal_blocks(nb, dev)
+    eye = torch.eye(nb, dtype=torch.bool, device=dev)
+    bm = (block_mask | eye) & causal
+    allowed_tok = None
+    if attention_mask is not None:
+        am = attention_mask[..., -n:, -n:]
+        allowed_tok = am if am.dtype == torch.bool else am > torch.finfo(am.dtype).min / 2
+        allowed_tok = allowed_tok[:, 0].to(dev)  # [b, n, n]
+        if bm.shape[0] == 1 and allowed_tok.shape[0] > 1:
+            bm = bm.expand(allowed_tok.shape[0], *bm.shape[1:])
+    bm = bm.contiguous()
+
+    def kv_lists(m: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        counts = m.sum(-1).to(torch.int32)
+        order = torch.argsort((~m).to(torch.int8), dim=-1, stable=True).to(torch.int32)
+        return counts, order
+
+    tokens = torch.arange(n, device=dev)
+    per_b, per_h = bm.shape[0] > 1, bm.shape[1] > 1  # size-1 dims broadcast over the batch / heads
+
+    def lookup(b, h, q_idx, kv_idx):
+        return bm[b if per_b else 0, h if per_h else 0, q_idx // block_size, kv_idx // block_size]
+
+    if allowed_tok is None:
+        partial_n, partial_i = kv_lists(bm & eye)
+        full_n, full_i = kv_lists(bm & ~eye)
+
+        def mask_mod(b, h, q_idx, kv_idx):
+            return (kv_idx <= q_idx) & lookup(b, h, q_idx, kv_idx)
+
+    else:
+        partial_n, partial_i = kv_lists(bm)
+        full_n = full_i = None
+        tok_bm = bm[..., :, None, :, None].expand(*bm.shape[:2], nb, block_size, nb, block_size)
+        tok_bm = tok_bm.reshape(*bm.shape[:2], nb * block_size, nb * block_size)[..., :n, :n]
+        allowed_full = tok_bm & (tokens[None, :] <= tokens[:, None]) & allowed_tok[:, None]
+        empty = ~allowed_full.any(-1)  # [b, h, n]: rows that see no key attend to themselves
+        per_ab, per_eb = allowed_tok.shape[0] > 1, empty.shape[0] > 1
+
+        def mask_mod(b, h, q_idx, kv_idx):
+            ab = b if per_ab else 0
+            ok = (kv_idx <= q_idx) & lookup(b, h, q_idx, kv_idx) & allowed_tok[ab, q_idx, kv_idx]
+            return ok | (empty[b if per_eb else 0, h if per_h else 0, q_idx] & (kv_idx == q_idx))
+
+    return BlockMask.from_kv_blocks(
+        partial_n, partial_i, full_n, full_i, BLOCK_SIZE=block_size, mask_mod=mask_mod, seq_lengths=(n, n)
+    )
+
+
+_COMPILED_FLEX: dict[str, Any] = {}
+
+
+def _flex_fn(device: torch.device):
+    """``flex_attention``: compiled once per process on CUDA (fused block-sparse kernel), eager elsewhere."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    if device.type != "cuda":
+        return flex_attention
+    if "cuda" not in _COMPILED_FLEX:
+        _COMPILED_FLEX["cuda"] = torch.compile(flex_attention, dynamic=False)
+    return _COMPILED_FLEX["cuda"]
+
+
+def _flex_attention(q, k, v, block_mask, block_size, scale, allowed_tok, additive):
+    """Flex-attention path of :func:`sparse_prefill_attention` (``q [b,h,n,d]``, ``k, v [b,h_kv,n,d]``)."""
+    b, h, n, _ = q.shape
+    mask4 = None if allowed_tok is None else allowed_tok.expand(b, 1, n, n)
+    bmask = flex_block_mask(block_mask, block_size, n, mask4)
+    score_mod = None
+    if additive is not None:
+        add = additive.expand(b, 1, n, n)[:, 0].to(torch.float32)
+
+        def score_mod(score, bi, hi, q_idx, kv_idx):
+            return score + add[bi, q_idx, kv_idx]
+
+    with warnings.catch_warnings():
+        # eager flex_attention warns that it is unfused; that is the documented CPU behaviour here
+        warnings.filterwarnings("ignore", message=".*flex_attention called without torch.compile.*")
+        out = _flex_fn(q.device)(
+            q,
+            k,
+            v,
+            score_mod=score_mod,
+            block_mask=bmask,
+            scale=scale,
+            enable_gqa=k.shape[1] != h,
+        )
     return out.transpose(1, 2).contiguous()
 
 
@@ -1165,7 +1313,8 @@ def register_adacal_attention(
             mask = _causal_blocks(nb, query.device).expand(b, h, nb, nb)
         entry["density"] = block_density(mask).tolist() if mask.dim() == 4 else [[float(block_density(mask))]]
         _STATS["layers"].append(entry)
-        out = sparse_prefill_attention(query, key, value, mask, B, scale, attention_mask)
+        backend = "flex" if config.backend == "flex" else "masked"
+        out = sparse_prefill_attention(query, key, value, mask, B, scale, attention_mask, backend=backend)
         return out, None
 
     AttentionInterface.register(name, attention)
