@@ -27,7 +27,19 @@ def test_adakvq_smoke(tmp_path):
         assert all(math.isfinite(v) for vals in res["metrics"][metric].values() for v in vals)
     assert res["metrics"]["avg_bits"]["kivi2"] == [2.0] and res["metrics"]["avg_bits"]["full"] == [16.0]
     assert res["metrics"]["avg_bits"]["adakvq"][0] <= 2.5 + 0.05 + 1e-9
+    bits = {arm: v[0] for arm, v in res["metrics"]["avg_bits"].items()}
+    assert bits["kivi1"] == 1.0 and bits["static_mixed_extreme"] <= 2.0 + 1e-9
+    assert bits["adakvq_extreme"] <= 2.05 + 1e-9 and bits["adakvq_extreme_kb"] <= 2.05 + 1e-9
     info = res["info"][0]
+    ext = info["extreme_setting"]
+    assert ext["bits"] == [1, 2, 4] and ext["avg_bits"] == 2.0
+    assert sum(ext["base_bits"]) / 3 <= 2.0 and all(b in (1, 2, 4) for b in ext["base_bits"])
+    kb = ext["base_bits_key_bonus"]
+    assert sum(kb["keys"]) + sum(kb["values"]) <= 2 * 3 * 2.0 and all(
+        k > v for k, v in zip(kb["keys"], kb["values"])
+    )
+    assert ext["avg_key_bits_key_bonus"] > ext["avg_value_bits_key_bonus"]
+    assert sum(ext["online_bits_histogram"].values()) > 0
     assert len(info["aad_mean_by_layer"]) == 3 and all(0 <= v <= 1 for v in info["aad_mean_by_layer"])
     assert sum(info["base_bits"]) / 3 <= 2.5
     again = run_claim("adakvq", "smoke", out=tmp_path / "again", force=True)
