@@ -509,6 +509,64 @@ class ADKVQuantizer:
             raise ValueError(f"x must be [..., T, {self.num_channels}], got {tuple(x.shape)}")
 
 
+# ----------------------------------------------------------------------------------------- outliers
+def index_bits(head_dim: int) -> int:
+    """Bits of one stored outlier channel index: ``ceil(log2(head_dim))`` (at least 1)."""
+    return max(1, math.ceil(math.log2(check_int("head_dim", head_dim, low=1))))
+
+
+def select_outlier_channels(x: torch.Tensor, n_outliers: int, pool_dims: Sequence[int] = ()) -> torch.Tensor:
+    """Indices of the ``n_outliers`` channels of largest mean square of ``x: Tensor[..., T, D]``.
+
+    The mean runs over the token axis and the (leading) ``pool_dims``, e.g. the batch and sequence
+    dimensions; the result has the remaining leading shape plus ``n_outliers`` (ascending indices).
+    """
+    check_int("n_outliers", n_outliers, low=0)
+    if n_outliers >= x.shape[-1]:
+        raise ValueError(f"n_outliers ({n_outliers}) must be smaller than head_dim ({x.shape[-1]})")
+    score = x.detach().to(torch.float64).pow(2).mean(-2)
+    dims = sorted({d % x.dim() for d in pool_dims})
+    if dims:
+        score = score.mean(dim=tuple(dims))
+    return torch.sort(torch.topk(score, n_outliers, dim=-1).indices, dim=-1).values
+
+
+def _pack_indices(idx: torch.Tensor, width: int) -> torch.Tensor:
+    """Pack non-negative integers (any shape) into a flat uint8 bit stream of ``width`` bits each."""
+    bits = (idx.reshape(-1, 1) >> torch.arange(width, device=idx.device)) & 1
+    stream = bits.reshape(-1).to(torch.uint8)
+    pad = (-stream.numel()) % 8
+    stream = torch.nn.functional.pad(stream, (0, pad)).reshape(-1, 8).to(torch.int32)
+    return (stream << torch.arange(8, dtype=torch.int32, device=idx.device)).sum(-1).to(torch.uint8)
+
+
+def _unpack_indices(packed: torch.Tensor, width: int, shape: Sequence[int]) -> torch.Tensor:
+    n = math.prod(shape)
+    bits = (packed.to(torch.int64).unsqueeze(-1) >> torch.arange(8, device=packed.device)) & 1
+    bits = bits.reshape(-1)[: n * width].reshape(n, width)
+    return (bits << torch.arange(width, device=packed.device)).sum(-1).reshape(*shape)
+
+
+def _complement(outliers: torch.Tensor, d: int) -> torch.Tensor:
+    """Ascending indices of the channels not in ``outliers: Long[..., n]``: ``Long[..., d - n]``."""
+    keep = torch.ones(*outliers.shape[:-1], d, dtype=torch.int8, device=outliers.device)
+    keep.scatter_(-1, outliers, 0)
+    order = torch.argsort(keep, dim=-1, descending=True, stable=True)
+    return order[..., : d - outliers.shape[-1]]
+
+
+def _check_outlier_indices(name: str, idx: torch.Tensor, kv_heads: int, head_dim: int, n: int) -> None:
+    if not isinstance(idx, torch.Tensor) or tuple(idx.shape) != (kv_heads, n):
+        shape = tuple(idx.shape) if isinstance(idx, torch.Tensor) else type(idx).__name__
+        raise ValueError(f"{name} must have shape ({kv_heads}, {n}) (kv_heads, n_outliers), got {shape}")
+    if idx.dtype.is_floating_point or idx.dtype == torch.bool:
+        raise TypeError(f"{name} must be an integer tensor, got {idx.dtype}")
+    if n and (int(idx.min()) < 0 or int(idx.max()) >= head_dim):
+        raise ValueError(f"{name} must lie in [0, {head_dim}), got values in [{int(idx.min())}, {int(idx.max())}]")
+    if n and bool((torch.sort(idx, -1).values.diff(dim=-1) == 0).any()):
+        raise ValueError(f"{name} must hold distinct channels per head")
+
+
 # -------------------------------------------------------------------------------------------- cache
 class ADKVLayer(BaseQuantizedLayer):
     """One decoder layer's ADKV cache (a ``transformers.cache_utils`` quantised layer).
@@ -518,11 +576,21 @@ class ADKVLayer(BaseQuantizedLayer):
     bytes). The initial state is taken from the first ``init_tokens`` tokens of the first update. With
     ``bits == 16`` the layer stores full precision and behaves exactly like ``DynamicLayer``.
 
+    With ``n_outliers = n > 0`` each ADKV-coded stream (keys, and values in ``value_mode="adkv"``)
+    keeps ``n`` channels per head exactly in fp16 (``key_outlier_values``/``value_outlier_values``,
+    ``[batch, kv_heads, T, n]``, payload); the remaining ``head_dim - n`` channels are ADKV-coded. The
+    indices (``outliers``: ``Long[S, kv_heads, n]``) are stored once, bit-packed at
+    ``ceil(log2(head_dim))`` bits each (``outlier_index_codes``, metadata). With ``checkpoint_every``
+    the decoder state is checkpointed every ``C`` tokens (``stream_state.checkpoints``, metadata) and
+    the packed decoder replays chunks in parallel.
+
     Parameters
     ----------
     config : ADKVConfig
     key_params, value_params : Tensor[kv_heads, 3, head_dim], optional
         Calibrated per-channel parameters (defaults from ``config``).
+    key_outliers, value_outliers : LongTensor[kv_heads, n_outliers], optional
+        Calibrated outlier channels (otherwise chosen from the first prefill's initial tokens).
     """
 
     def __init__(
@@ -530,22 +598,35 @@ class ADKVLayer(BaseQuantizedLayer):
         config: ADKVConfig,
         key_params: torch.Tensor | None = None,
         value_params: torch.Tensor | None = None,
+        key_outliers: torch.Tensor | None = None,
+        value_outliers: torch.Tensor | None = None,
     ):
         super().__init__()
         self.config = config
         self.key_params = key_params
         self.value_params = value_params
+        self.key_outliers = key_outliers
+        self.value_outliers = value_outliers
         self._clear()
 
     def _clear(self) -> None:
         self.key_codes: torch.Tensor | None = None  # [B, Tq, nbytes]
         self.value_codes: torch.Tensor | None = None
         self.value_blocks: list[QuantizedTensor] = []  # per_token value mode
-        self.stream_state: ADKVState | None = None  # fields [S, B, H, D]; S = 2 (K, V) or 1 (K)
+        self.stream_state: ADKVState | None = None  # fields [S, B, H, D']; S = 2 (K, V) or 1 (K)
         self._sim_k: torch.Tensor | None = None
         self._sim_v: torch.Tensor | None = None
         self._deq_v_tok: torch.Tensor | None = None
+        self.key_outlier_values: torch.Tensor | None = None  # [B, H, Tq, n] fp16
+        self.value_outlier_values: torch.Tensor | None = None
+        self.outliers: torch.Tensor | None = None  # [S, H, n] (long), set when the streams start
+        self.outlier_index_codes: torch.Tensor | None = None  # packed indices (stored form)
+        self._normal: torch.Tensor | None = None  # [S, H, D - n]
         self.encoded_length = 0
+
+    @property
+    def n_streams(self) -> int:
+        return 2 if self.config.value_mode == "adkv" else 1
 
     @property
     def is_croppable(self) -> bool:  # type: ignore[override]
@@ -560,6 +641,10 @@ class ADKVLayer(BaseQuantizedLayer):
                 raise ValueError(
                     f"{name} must have shape ({h}, 3, {d}) (kv_heads, 3, head_dim), got {tuple(p.shape)}"
                 )
+        self.config.check_head_dim(d)
+        for name, o in (("key_outliers", self.key_outliers), ("value_outliers", self.value_outliers)):
+            if o is not None:
+                _check_outlier_indices(name, o, h, d, self.config.n_outliers)
         if self.config.value_mode == "per_token" and d % self.config.value_group_size:
             raise ValueError(f"value_group_size ({self.config.value_group_size}) must divide head_dim ({d})")
         if self.key_params is None:
@@ -571,9 +656,67 @@ class ADKVLayer(BaseQuantizedLayer):
         self.keys = key_states[..., :0, :].clone()
         self.values = value_states[..., :0, :].clone()
         if self.config.bits != FULL_PRECISION_BITS:
-            streams = [self.key_params] + ([self.value_params] if self.config.value_mode == "adkv" else [])
-            self.sq = ADKVQuantizer(d, self.config, torch.stack(streams).unsqueeze(1))  # [S, 1, H, 3, D]
+            given = [self.key_outliers, self.value_outliers][: self.n_streams]
+            if self.config.n_outliers == 0:
+                self._build_quantizer(None)
+            elif all(o is not None for o in given):
+                self._build_quantizer(torch.stack([o.to(torch.long) for o in given]))
         self.is_initialized = True
+
+    def _build_quantizer(self, outliers: torch.Tensor | None) -> None:
+        """Quantiser of the ADKV-coded channels; ``outliers: Long[S, H, n]`` or ``None`` (no outliers)."""
+        d = self.head_dim
+        streams = [self.key_params] + ([self.value_params] if self.config.value_mode == "adkv" else [])
+        params = torch.stack(streams).unsqueeze(1)  # [S, 1, H, 3, D]
+        if outliers is None:
+            self.sq = ADKVQuantizer(d, self.config, params)
+            return
+        width = index_bits(d)
+        self.outlier_index_codes = _pack_indices(outliers, width)
+        self.outliers = _unpack_indices(self.outlier_index_codes, width, outliers.shape).to(params.device)
+        self._normal = _complement(self.outliers, d)
+        s, h, m = self._normal.shape
+        params = params.gather(-1, self._normal[:, None, :, None, :].expand(s, 1, h, 3, m))
+        self.sq = ADKVQuantizer(m, self.config, params)  # [S, 1, H, 3, D - n]
+
+    def _start_streams(self, x: torch.Tensor) -> None:
+        """Choose outlier channels (if needed) from the first tokens of ``x: [S, B, H, T, D]``."""
+        if self.config.n_outliers and self.outliers is None:
+            n0 = min(self.config.init_tokens, x.shape[-2])
+            given = [self.key_outliers, self.value_outliers][: self.n_streams]
+            chosen = select_outlier_channels(x[..., :n0, :], self.config.n_outliers, pool_dims=(1,))
+            picks = [chosen[i] if o is None else o.to(chosen) for i, o in enumerate(given)]
+            self._build_quantizer(torch.stack(picks))
+
+    def _split_channels(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``x: [S, B, H, T, D]`` -> (ADKV-coded channels ``[S, B, H, T, D - n]``, outliers or ``None``)."""
+        if self._normal is None:
+            return x, None
+        s, b, h, t, _ = x.shape
+        take = lambda idx: x.gather(-1, idx[:, None, :, None, :].expand(s, b, h, t, idx.shape[-1]))  # noqa: E731
+        return take(self._normal), take(self.outliers)
+
+    def _merge_channels(self, xh: torch.Tensor, xo: torch.Tensor | None) -> torch.Tensor:
+        """Inverse of :meth:`_split_channels` (outliers cast to ``xh.dtype``)."""
+        if xo is None:
+            return xh
+        s, b, h, t, _ = xh.shape
+        out = xh.new_empty(s, b, h, t, self.head_dim)
+        out.scatter_(-1, self._normal[:, None, :, None, :].expand_as(xh), xh)
+        out.scatter_(-1, self.outliers[:, None, :, None, :].expand(s, b, h, t, xo.shape[-1]), xo.to(xh.dtype))
+        return out
+
+    def _outlier_stack(self) -> torch.Tensor | None:
+        if self.key_outlier_values is None:
+            return None
+        return torch.stack([self.key_outlier_values, self.value_outlier_values][: self.n_streams])
+
+    def _append_outliers(self, xo: torch.Tensor) -> None:
+        xo = xo.to(_META)
+        cat = lambda old, new: new if old is None else torch.cat([old, new], dim=-2)  # noqa: E731
+        self.key_outlier_values = cat(self.key_outlier_values, xo[0])
+        if xo.shape[0] > 1:
+            self.value_outlier_values = cat(self.value_outlier_values, xo[1])
 
     def _quantize(self, tensor, *args, **kwargs):  # the encode path is `_encode`
         raise NotImplementedError("ADKVLayer encodes streams with `_encode`")
@@ -587,16 +730,28 @@ class ADKVLayer(BaseQuantizedLayer):
 
     def _unpack(self, codes: torch.Tensor) -> torch.Tensor:
         b, t, _ = codes.shape
-        q = unpack_bits(codes, self.config.bits, self.num_heads * self.head_dim)
-        return q.reshape(b, t, self.num_heads, self.head_dim).permute(0, 2, 1, 3)
+        d = self.sq.num_channels  # coded channels (head_dim - n_outliers)
+        q = unpack_bits(codes, self.config.bits, self.num_heads * d)
+        return q.reshape(b, t, self.num_heads, d).permute(0, 2, 1, 3)
 
     def _encode(self, k: torch.Tensor, v: torch.Tensor) -> None:
         joint = self.config.value_mode == "adkv"
         x = torch.stack([k, v]) if joint else k.unsqueeze(0)  # [S, B, H, T, D]
         if self.stream_state is None:
+            self._start_streams(x)
+        x, xo = self._split_channels(x)
+        if self.stream_state is None:
             n0 = min(self.config.init_tokens, k.shape[-2])
             self.stream_state = self.sq.init_state(x[..., :n0, :])
         q, xh, self.stream_state = self.sq.encode_raw(x, self.stream_state)
+        self._store(q, xh, xo, v)
+
+    def _store(self, q: torch.Tensor, xh: torch.Tensor, xo: torch.Tensor | None, v: torch.Tensor) -> None:
+        """Append codes ``[S, B, H, T, D']``, outliers and (simulated) reconstructions of a new chunk."""
+        joint = self.config.value_mode == "adkv"
+        if xo is not None:
+            self._append_outliers(xo)
+            xh = self._merge_channels(xh, xo.to(_META))
         codes = self._pack(q[0])
         self.key_codes = codes if self.key_codes is None else torch.cat([self.key_codes, codes], dim=1)
         xk = xh[0]
@@ -617,7 +772,7 @@ class ADKVLayer(BaseQuantizedLayer):
             if joint:
                 xv = xv.to(self.dtype)
                 self._sim_v = xv if self._sim_v is None else torch.cat([self._sim_v, xv], dim=-2)
-        self.encoded_length += k.shape[-2]
+        self.encoded_length += q.shape[-2]
 
     def dequantized_states(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Reconstruction of all encoded tokens, ``[batch, kv_heads, encoded_len, head_dim]`` each."""
@@ -627,15 +782,18 @@ class ADKVLayer(BaseQuantizedLayer):
             k = self._sim_k
             v = self._sim_v if self.config.value_mode == "adkv" else self._deq_v_tok
             return k, v
+        st = self.stream_state
         if self.config.value_mode == "adkv":
             q = torch.stack([self._unpack(self.key_codes), self._unpack(self.value_codes)])
-            xh = self.sq.decode_codes(q, self.stream_state).to(self.dtype)
+        else:
+            q = self._unpack(self.key_codes).unsqueeze(0)
+        xh = self.sq.decode_codes(q, st, st.checkpoints)
+        xo = self._outlier_stack()
+        xh = self._merge_channels(xh, xo).to(self.dtype)
+        if self.config.value_mode == "adkv":
             return xh[0], xh[1]
-        k = self.sq.decode_codes(self._unpack(self.key_codes).unsqueeze(0), self.stream_state)[0].to(
-            self.dtype
-        )
         v = torch.cat([b.dequantize() for b in self.value_blocks], dim=-2)
-        return k, v
+        return xh[0], v
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         """Append ``[batch, kv_heads, new, head_dim]`` states; return the whole sequence's states.
@@ -670,7 +828,8 @@ class ADKVLayer(BaseQuantizedLayer):
 
     def _map(self, fn_tensor, fn_state, fn_block) -> None:
         self.keys, self.values = fn_tensor(self.keys), fn_tensor(self.values)
-        for name in ("key_codes", "value_codes", "_sim_k", "_sim_v", "_deq_v_tok"):
+        names = ("key_codes", "value_codes", "_sim_k", "_sim_v", "_deq_v_tok")
+        for name in names + ("key_outlier_values", "value_outlier_values"):
             v = getattr(self, name)
             if v is not None:
                 setattr(self, name, fn_tensor(v))
@@ -725,16 +884,24 @@ class ADKVLayer(BaseQuantizedLayer):
 
     # -- accounting -----------------------------------------------------------------------------
     def memory_bytes(self, fp_itemsize: int | None = None) -> dict[str, int]:
-        """Measured storage: ``payload`` (codes), ``metadata`` (initial states + parameters + per-token
-        value metadata), ``residual``, ``total``, ``elements``."""
+        """Measured storage: ``payload`` (codes + fp16 outlier channels), ``metadata`` (initial states,
+        parameters, packed outlier indices, decoder checkpoints, per-token value metadata),
+        ``residual``, ``total``, ``elements``."""
         payload = metadata = 0
         if self.key_codes is not None:
             payload += self.key_codes.numel()
             if self.value_codes is not None:
                 payload += self.value_codes.numel()
+            for o in (self.key_outlier_values, self.value_outlier_values):
+                if o is not None:
+                    payload += o.numel() * o.element_size()
             st = self.stream_state
             p = self.sq.params.to(_META)
             metadata += (st.z1.numel() + st.a1.numel()) * 2 + p.numel() * p.element_size()
+            if self.outlier_index_codes is not None:
+                metadata += self.outlier_index_codes.numel()
+            if st.checkpoints is not None:
+                metadata += st.checkpoints.numel() * st.checkpoints.element_size()
         for b in self.value_blocks:
             payload += b.payload_nbytes
             metadata += b.metadata_nbytes
@@ -765,7 +932,9 @@ class ADKVCache(QuantizedKVCacheMixin, Cache):
     adkv : ADKVConfig
     params : dict, optional
         ``{layer_idx: {"key": Tensor[kv_heads, 3, head_dim], "value": Tensor[...]}}`` from
-        :func:`calibrate_adkv`; missing layers use the defaults.
+        :func:`calibrate_adkv`; missing layers use the defaults. With ``adkv.n_outliers > 0`` the
+        entries may also hold ``"key_outliers"``/``"value_outliers"``: ``LongTensor[kv_heads,
+        n_outliers]`` (otherwise chosen from the first prefill).
     """
 
     def __init__(self, config: Any, adkv: ADKVConfig | None = None, params: dict | None = None):
@@ -775,6 +944,7 @@ class ADKVCache(QuantizedKVCacheMixin, Cache):
             raise TypeError(f"adkv must be an ADKVConfig, got {type(adkv).__name__}")
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+        adkv.check_head_dim(head_dim)
         params = params or {}
         layers = []
         for i in range(config.num_hidden_layers):
@@ -786,7 +956,12 @@ class ADKVCache(QuantizedKVCacheMixin, Cache):
                         f"params[{i}][{name!r}] must have shape ({kv_heads}, 3, {head_dim}) "
                         f"(kv_heads, 3, head_dim), got {tuple(t.shape)}"
                     )
-            layers.append(ADKVLayer(adkv, p.get("key"), p.get("value")))
+                o = p.get(f"{name}_outliers")
+                if o is not None:
+                    _check_outlier_indices(f"params[{i}]['{name}_outliers']", o, kv_heads, head_dim, adkv.n_outliers)
+            layers.append(
+                ADKVLayer(adkv, p.get("key"), p.get("value"), p.get("key_outliers"), p.get("value_outliers"))
+            )
         self.adkv = adkv
         super().__init__(layers=layers)
 
@@ -825,21 +1000,22 @@ class ADKVCache(QuantizedKVCacheMixin, Cache):
             for layer, (k, v) in zip(self.layers, key_value_states):
                 layer.keys, layer.values = k.clone(), v.clone()
             return
-        x = torch.stack([torch.stack([k[..., :n_enc, :], v[..., :n_enc, :]]) for k, v in key_value_states])
-        params = torch.stack([layer.sq.params for layer in self.layers])  # [L, 2, 1, H, 3, D]
+        parts, outs = [], []
+        for layer, (k, v) in zip(self.layers, key_value_states):
+            xl = torch.stack([k[..., :n_enc, :], v[..., :n_enc, :]])
+            layer._start_streams(xl)
+            xn, xo = layer._split_channels(xl)
+            parts.append(xn)
+            outs.append(xo)
+        x = torch.stack(parts)  # [L, 2, B, H, n_enc, D']
+        params = torch.stack([layer.sq.params for layer in self.layers])  # [L, 2, 1, H, 3, D']
         quant = ADKVQuantizer(x.shape[-1], cfg, params)
         n0 = min(cfg.init_tokens, n_enc)
         state = quant.init_state(x[..., :n0, :])
         q, xh, end = quant.encode_raw(x, state)
         for i, (layer, (k, v)) in enumerate(zip(self.layers, key_value_states)):
-            layer.stream_state = ADKVState(
-                end.z1[i], end.a1[i], end.log_acc[i], end.cmax[i], end.dsum[i], end.t
-            )
-            layer.key_codes = layer._pack(q[i, 0])
-            layer.value_codes = layer._pack(q[i, 1])
-            if cfg.storage == "simulated":
-                layer._sim_k, layer._sim_v = xh[i, 0].to(layer.dtype), xh[i, 1].to(layer.dtype)
-            layer.encoded_length = n_enc
+            layer.stream_state = end.select(i)
+            layer._store(q[i], xh[i], outs[i], v)
             layer.keys, layer.values = k[..., n_enc:, :].clone(), v[..., n_enc:, :].clone()
 
     def memory_report(self, fp_itemsize: int | None = 2) -> dict[str, float]:
@@ -882,6 +1058,10 @@ class GroupwiseStaticCache(KIVICache):
         }
 
 
+def _num_checkpoints(t_q: int, checkpoint_every: int | None) -> int:
+    return (t_q - 1) // checkpoint_every if checkpoint_every and t_q > 0 else 0
+
+
 def metadata_bits(
     method: str,
     T: int,
@@ -893,27 +1073,39 @@ def metadata_bits(
     residual_length: int = 0,
     batch: int = 1,
     value_mode: str = "adkv",
+    n_outliers: int = 0,
+    checkpoint_every: int | None = None,
 ) -> int:
     """Metadata bits of a whole cache after ``T`` tokens (16-bit metadata), as the caches store it.
 
-    ``method="adkv"``: per KV head and stream ``2 * 16 * d`` per batch row (``z_1``, ``a_1``) plus
-    ``3 * 16 * d`` parameters, independent of ``T`` (values in ``per_token`` mode add
-    ``2 * 16 * T_q * ceil(d / G_v)``). ``method="static"`` (KIVI layout, blocks of ``G`` tokens flushed
-    once ``R + G`` tokens wait): with ``n_b = (T - R) // G`` blocks, keys ``2 * 16 * d * n_b`` and
-    values ``2 * 16 * n_b * G * ceil(d / G_v)`` per head.
+    ``method="adkv"`` with ``d' = d - n_out`` coded channels and ``T_q = T - R`` encoded tokens, per KV
+    head and ADKV stream (keys, and values in ``value_mode="adkv"``): ``2 * 16 * d'`` per batch row
+    (``z_1``, ``a_1``) + ``3 * 16 * d'`` parameters + ``n_out * ceil(log2 d)`` outlier-index bits,
+    independent of ``T``; with decoder checkpoints every ``C`` tokens add ``(T_q - 1) // C`` states of
+    ``3 * 64 * d'`` bits per batch row. Values in ``per_token`` mode add ``2 * 16 * T_q * ceil(d /
+    G_v)``. (The outlier channels themselves are payload: 16 bits per token and channel.) The caches
+    pack each layer's index bits into whole bytes, so measured bytes are ``ceil(index bits / 8)`` per
+    layer. ``method="static"`` (KIVI layout, blocks of ``G`` tokens flushed once ``R + G`` tokens wait):
+    with ``n_b = (T - R) // G`` blocks, keys ``2 * 16 * d * n_b`` and values ``2 * 16 * n_b * G *
+    ceil(d / G_v)`` per head.
     """
     check_choice("method", method, ("adkv", "static"))
     check_int("T", T, low=0)
     check_int("head_dim", head_dim, low=1)
     check_int("n_heads", n_heads, low=1)
     check_int("n_layers", n_layers, low=1)
+    check_int("n_outliers", n_outliers, low=0, high=head_dim - 1)
+    if checkpoint_every is not None:
+        check_int("checkpoint_every", checkpoint_every, low=1)
     per_head = 0
     if method == "adkv":
         check_choice("value_mode", value_mode, ("adkv", "per_token"))
         t_q = max(T - residual_length, 0)
         if t_q == 0:
             return 0
-        per_head = (2 * batch + 3) * 16 * head_dim
+        dq = head_dim - n_outliers
+        per_head = (2 * batch + 3) * 16 * dq + n_outliers * index_bits(head_dim)
+        per_head += batch * _num_checkpoints(t_q, checkpoint_every) * 3 * 64 * dq
         if value_mode == "adkv":
             per_head *= 2
         else:
@@ -935,13 +1127,23 @@ def adkv_memory_formula(
     bits: int,
     residual_length: int = 0,
     fp_itemsize: int = 2,
+    n_outliers: int = 0,
+    checkpoint_every: int | None = None,
 ) -> dict[str, int]:
-    """Closed-form bytes of one :class:`ADKVLayer` (``value_mode="adkv"``) after ``T`` tokens."""
+    """Closed-form bytes of one :class:`ADKVLayer` (``value_mode="adkv"``) after ``T`` tokens.
+
+    ``payload = 2 B T_q (ceil(H d' b / 8) + 2 H n_out)`` (codes + fp16 outlier channels);
+    ``metadata = 2 H d' (4 B + 6 + 24 B K) + ceil(2 H n_out ceil(log2 d) / 8)`` with ``K = (T_q - 1)
+    // C`` checkpoints; ``residual = 2 B H (T - T_q) d * fp_itemsize``.
+    """
     t_q = max(T - residual_length, 0)
-    payload = 2 * batch * t_q * math.ceil(kv_heads * head_dim * bits / 8)
-    metadata = (
-        metadata_bits("adkv", T, head_dim, kv_heads, 1, residual_length=residual_length, batch=batch) // 8
-    )
+    dq = head_dim - n_outliers
+    payload = 2 * batch * t_q * (math.ceil(kv_heads * dq * bits / 8) + 2 * kv_heads * n_outliers)
+    metadata = 0
+    if t_q:
+        k = _num_checkpoints(t_q, checkpoint_every)
+        metadata = 2 * kv_heads * dq * (4 * batch + 6 + 24 * batch * k)
+        metadata += math.ceil(2 * kv_heads * n_outliers * index_bits(head_dim) / 8)
     residual = 2 * batch * kv_heads * (T - t_q) * head_dim * fp_itemsize
     return {
         "payload": payload,
