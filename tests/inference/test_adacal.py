@@ -24,11 +24,15 @@ from neurips26.inference.adacal import (
     TaskPolicy,
     a_shape_mask,
     block_density,
+    calibrate_policies,
+    calibrate_policies_on_model,
     dispatch_features,
     features_only,
+    flex_block_mask,
     flexprefill_mask,
     last_stats,
     metrics_from_distribution,
+    model_evaluator,
     plan_blocks,
     probe_metrics,
     prompt_features,
@@ -57,7 +61,7 @@ def _dense_reference(q, k, v):
 def test_all_ones_mask_equals_causal_sdpa(n, h_kv):
     q, k, v = _qkv(n=n, h_kv=h_kv)
     nb = math.ceil(n / 16)
-    for backend in ("masked", "gather"):
+    for backend in ("masked", "gather", "flex"):
         out = sparse_prefill_attention(q, k, v, torch.ones(nb, nb, dtype=torch.bool), 16, backend=backend)
         assert out.shape == (2, n, 4, 8)
         torch.testing.assert_close(out, _dense_reference(q, k, v), atol=1e-5, rtol=1e-5)
@@ -93,7 +97,7 @@ def test_gather_and_masked_backends_agree(n):
         torch.testing.assert_close(a[1, 5:], c[1, 5:], atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(a[0], c[0], atol=1e-5, rtol=1e-5)
     with pytest.raises(ValueError, match="backend"):
-        sparse_prefill_attention(q, k, v, mask, 8, backend="flex")
+        sparse_prefill_attention(q, k, v, mask, 8, backend="triton")
 
 
 def test_sparse_attention_bf16_and_errors():
@@ -110,6 +114,74 @@ def test_sparse_attention_bf16_and_errors():
         sparse_prefill_attention(q, k, v, torch.ones(3, 3), 16)
     with pytest.raises(ValueError, match="multiple"):
         sparse_prefill_attention(q, k[:, :1].expand(2, 3, 40, 8), v, torch.ones(3, 3, dtype=torch.bool), 16)
+
+
+# ------------------------------------------------------------------ flex_attention backend
+@pytest.mark.parametrize(("n", "block", "h_kv"), [(53, 8, 2), (64, 16, 4), (5, 16, 1)])
+def test_flex_backend_equals_reference(n, block, h_kv):
+    """Random block masks, GQA, a short tail block, bool and additive padding masks, bf16."""
+    q, k, v = _qkv(b=2, h=4, h_kv=h_kv, n=n, seed=n)
+    nb = math.ceil(n / block)
+    mask = torch.rand(2, 4, nb, nb, generator=torch.Generator().manual_seed(n)) < 0.4
+    ref = sparse_prefill_attention(q, k, v, mask, block, backend="masked")
+    out = sparse_prefill_attention(q, k, v, mask, block, backend="flex")
+    assert out.shape == (2, n, 4, 8)
+    torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+    pad = torch.ones(2, 1, n, n, dtype=torch.bool).tril()
+    pad[1, :, :, :3] = False  # left padding: rows 0..2 of item 1 see no key (attend to themselves)
+    additive = torch.zeros(2, 1, n, n).masked_fill(~pad, torch.finfo(torch.float32).min)
+    additive[0, 0, :, 0] += 0.7  # a non-trivial bias goes through score_mod
+    for am in (pad, additive):
+        ref = sparse_prefill_attention(q, k, v, mask, block, attention_mask=am, backend="masked")
+        out = sparse_prefill_attention(q, k, v, mask, block, attention_mask=am, backend="flex")
+        torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
+    qb, kb, vb = q.bfloat16(), k.bfloat16(), v.bfloat16()
+    out = sparse_prefill_attention(qb, kb, vb, mask, block, backend="flex")
+    assert out.dtype == torch.bfloat16
+    ref = sparse_prefill_attention(q, k, v, mask, block, backend="masked")
+    assert (out.float() - ref).abs().max() < 3e-2
+
+
+def test_flex_block_mask_encodes_the_plan():
+    from torch.nn.attention.flex_attention import BlockMask, create_mask
+
+    n, block = 70, 16
+    plan = a_shape_mask(n, block, 1, 1)
+    bm = flex_block_mask(plan, block, n)
+    assert isinstance(bm, BlockMask) and bm.shape == (1, 1, n, n)
+    assert torch.equal(bm.to_dense()[0, 0].bool(), plan)  # partial + full blocks = the selected blocks
+    assert torch.equal(bm.full_kv_num_blocks[0, 0], (plan.sum(-1) - 1).int())  # all but the diagonal
+    # token level: the mask_mod reproduces block-expanded plan AND causal
+    tok = create_mask(bm.mask_mod, 1, 1, n, n, device="cpu")[0, 0]
+    i = torch.arange(n)
+    expected = plan[i[:, None] // block, i[None, :] // block] & (i[None, :] <= i[:, None])
+    assert torch.equal(tok, expected)
+    # an upper-triangular request is ignored, the diagonal is forced on
+    weird = torch.zeros(5, 5, dtype=torch.bool)
+    weird[0, 4] = True
+    assert torch.equal(
+        flex_block_mask(weird, block, n).to_dense()[0, 0].bool(), torch.eye(5, dtype=torch.bool)
+    )
+    # a [nb, nb] BlockMask broadcasts over batch and heads inside flex_attention
+    from torch.nn.attention.flex_attention import flex_attention
+
+    q, k, v = _qkv(b=2, h=4, h_kv=4, n=n)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        out = flex_attention(q, k, v, block_mask=bm).transpose(1, 2)
+    torch.testing.assert_close(out, sparse_prefill_attention(q, k, v, plan, block), atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="block_mask"):
+        flex_block_mask(plan, block, 200)
+    with pytest.raises(TypeError, match="bool"):
+        flex_block_mask(plan.float(), block, n)
+    with pytest.raises(ValueError, match="block_size"):
+        flex_block_mask(plan, 0, n)
+
+
+def test_config_backend_choice():
+    assert AdaCalConfig(backend="flex").backend == "flex"
+    with pytest.raises(ValueError, match="backend"):
+        AdaCalConfig(backend="triton")
 
 
 # ------------------------------------------------------------------ A-shape and metrics
@@ -228,6 +300,38 @@ def test_static_and_dense_heads():
     assert (plan.density[plan.head_type == HEAD_DENSE] == 1.0).all() and dense_rows.shape[0] == 4
     plan = plan_blocks(q, k, AdaCalConfig(block_size=16, policies=all_dense, dense_quota=0.0))
     assert not (plan.head_type == HEAD_DENSE).any()
+
+
+def test_probe_confined_to_sink_and_local_has_zero_mid_coverage():
+    # every query attends (almost) only to key 0 (the sink block): mid-zone coverage 0, entropy ~ 0
+    n, block = 96, 16
+    q = torch.zeros(1, 2, n, 4)
+    q[..., 0] = 1.0
+    k = torch.zeros(1, 2, n, 4)
+    k[0, :, 0, 0] = 60.0
+    m = probe_metrics(q, k, block, sink_blocks=1, local_blocks=2)
+    assert m["mid_coverage"].max().item() < 1e-6
+    assert m["entropy"].max().item() < 1e-3
+    # the same keys with the strong key moved to the local zone (block 3 of 6): still 0
+    k2 = torch.zeros(1, 2, n, 4)
+    k2[0, :, 3 * block + 2, 0] = 60.0
+    assert probe_metrics(q, k2, block, sink_blocks=1, local_blocks=2)["mid_coverage"].max().item() < 1e-6
+
+
+def test_beta_max_budget_binds_for_dynamic_heads():
+    q, k = _structured_qk()
+    nb = 16
+    # every head dynamic, gamma = 1 wants every causal block: the cap decides the row sizes
+    pols = {t: TaskPolicy(0.0, 1.0, 1.0, "off", 0.3) for t in DEFAULT_POLICIES}
+    plan = plan_blocks(q, k, AdaCalConfig(block_size=16, policies=pols, dense_quota=0.0), task="mixed")
+    assert (plan.head_type == HEAD_DYNAMIC).all()
+    mandatory = a_shape_mask(256, 16, 1, 2).sum(-1)
+    cap = torch.maximum(torch.ceil(0.3 * torch.arange(1, nb + 1)).long(), mandatory)
+    assert torch.equal(plan.mask.sum(-1), cap.expand(2, 4, nb))  # exactly the cap, never more
+    assert (plan.density < 1.0).all()
+    loose = {t: TaskPolicy(0.0, 1.0, 1.0, "off", 1.0) for t in DEFAULT_POLICIES}
+    plan = plan_blocks(q, k, AdaCalConfig(block_size=16, policies=loose, dense_quota=0.0), task="mixed")
+    assert (plan.density == 1.0).all()  # gamma = 1 with no cap keeps every causal block
 
 
 def test_plan_accepts_bf16():
@@ -453,3 +557,163 @@ def test_register_errors():
         register_adacal_attention(AdaCalConfig(), name="sdpa")
     with pytest.raises(TypeError, match="config"):
         register_adacal_attention({"block_size": 4})
+
+
+def test_flex_backend_in_the_model_matches_reference(tiny_model):
+    ids = torch.randint(4, 64, (2, 150), generator=torch.Generator().manual_seed(7))
+    am = torch.ones(2, 150, dtype=torch.long)
+    am[1, :11] = 0
+    for method in ("adacal", "a_shape"):
+        register_adacal_attention(AdaCalConfig(block_size=16), name="test_ref_backend", method=method)
+        register_adacal_attention(
+            AdaCalConfig(block_size=16, backend="flex"), name="test_flex_backend", method=method
+        )
+        with task("retrieval"):
+            ref = _logits(tiny_model, "test_ref_backend", ids, attention_mask=am)
+            dens_ref = last_stats()["density"]
+            out = _logits(tiny_model, "test_flex_backend", ids, attention_mask=am)
+        assert last_stats()["density"] == dens_ref < 1.0
+        torch.testing.assert_close(out[0], ref[0], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(out[1, 11:], ref[1, 11:], atol=1e-5, rtol=1e-5)
+
+
+def test_adacal_batch_rows_are_planned_independently(tiny_model):
+    """batch > 1 with left padding: the unpadded row gives exactly its solo result."""
+    g = torch.Generator().manual_seed(8)
+    ids = torch.randint(4, 64, (2, 160), generator=g)
+    am = torch.ones(2, 160, dtype=torch.long)
+    am[1, :40] = 0
+    with task("retrieval"):
+        both = _logits(tiny_model, "test_adacal_adacal", ids, attention_mask=am)
+        dens_both = np.array(last_stats()["layers"][0]["density"])
+        solo = _logits(tiny_model, "test_adacal_adacal", ids[:1])
+        dens_solo = np.array(last_stats()["layers"][0]["density"])
+    torch.testing.assert_close(both[0], solo[0], atol=1e-5, rtol=1e-5)
+    np.testing.assert_allclose(dens_both[0], dens_solo[0])
+    assert torch.isfinite(both[1, 40:]).all()
+
+
+# ------------------------------------------------------------------ calibration (grid search)
+def _synthetic(opt=(0.2, 0.9), slope=1.0):
+    """Accuracy peaks at ``opt``; density grows with gamma and falls with theta_mid."""
+    calls = []
+
+    def evaluate(task_name, pol):
+        calls.append((task_name, pol.theta_mid, pol.gamma))
+        acc = 1.0 - abs(pol.theta_mid - opt[0]) - abs(pol.gamma - opt[1])
+        dens = slope * (0.3 + 0.5 * pol.gamma - 0.5 * pol.theta_mid)
+        return acc, dens
+
+    return evaluate, calls
+
+
+def test_calibration_finds_the_known_optimum():
+    evaluate, calls = _synthetic()
+    pols, table = calibrate_policies(
+        evaluate, (0.1, 0.2, 0.3), (0.8, 0.9, 0.95), density_cap=1.0, tasks=("retrieval",), return_table=True
+    )
+    assert (pols["retrieval"].theta_mid, pols["retrieval"].gamma) == (0.2, 0.9)
+    # the other fields and the other tasks keep the base (default) policy
+    for f in ("theta_h", "augment", "beta_max"):
+        assert getattr(pols["retrieval"], f) == getattr(DEFAULT_POLICIES["retrieval"], f)
+    assert pols["structure"] == DEFAULT_POLICIES["structure"] and pols["mixed"] == DEFAULT_POLICIES["mixed"]
+    assert len(calls) == 9 and {c[0] for c in calls} == {"retrieval"}
+    assert len(table) == 9 and sum(r["chosen"] for r in table) == 1
+    assert AdaCalConfig(policies=pols).policies["retrieval"].gamma == 0.9
+
+
+def test_calibration_respects_the_density_cap():
+    evaluate, _ = _synthetic()
+    # density(0.2, 0.9) = 0.65 > cap 0.55; feasible points: density <= 0.55
+    pols, table = calibrate_policies(
+        evaluate, (0.1, 0.2, 0.3), (0.8, 0.9, 0.95), density_cap=0.55, tasks=("structure",), return_table=True
+    )
+    feas = [r for r in table if r["feasible"]]
+    assert all(r["density"] <= 0.55 for r in feas) and len(feas) < len(table)
+    best = max(r["accuracy"] for r in feas)
+    chosen = next(r for r in table if r["chosen"])
+    assert chosen["feasible"] and chosen["accuracy"] == best
+    assert (pols["structure"].theta_mid, pols["structure"].gamma) == (0.3, 0.8)  # acc 0.8, dens 0.5
+
+
+def test_calibration_without_feasible_point_keeps_the_default():
+    evaluate, _ = _synthetic(slope=10.0)
+    with pytest.warns(UserWarning, match="density_cap"):
+        pols, table = calibrate_policies(
+            evaluate, (0.1, 0.2), (0.8, 0.9), density_cap=0.5, tasks=("mixed", "retrieval"), return_table=True
+        )
+    assert pols == dict(DEFAULT_POLICIES)
+    assert not any(r["chosen"] for r in table) and len(table) == 8
+
+
+def test_calibration_tie_breaking_is_deterministic():
+    # constant accuracy: lowest density wins
+    pols = calibrate_policies(lambda t, p: (0.5, p.gamma), (0.1, 0.2), (0.8, 0.9), 1.0, tasks=("mixed",))
+    assert pols["mixed"].gamma == 0.8 and pols["mixed"].theta_mid == 0.1  # then closest to 0.15: tie
+    # ... between theta 0.1 and 0.2 (both 0.05 from the default 0.15): grid order picks the first
+    pols = calibrate_policies(lambda t, p: (0.5, p.gamma), (0.2, 0.1), (0.8, 0.9), 1.0, tasks=("mixed",))
+    assert pols["mixed"].theta_mid == 0.2
+    # equal accuracy and density: the point closest to the default (0.15, 0.90) wins
+    pols = calibrate_policies(lambda t, p: (1.0, 0.1), (0.0, 0.15, 0.5), (0.5, 0.9), 1.0, tasks=("mixed",))
+    assert (pols["mixed"].theta_mid, pols["mixed"].gamma) == (0.15, 0.9)
+
+
+def test_calibration_rejects_bad_input():
+    ok = lambda t, p: (1.0, 0.5)  # noqa: E731
+    with pytest.raises(ValueError, match="grid_theta_mid"):
+        calibrate_policies(ok, (), (0.9,), 0.5)
+    with pytest.raises(ValueError, match="grid_theta_mid"):
+        calibrate_policies(ok, (1.5,), (0.9,), 0.5)
+    with pytest.raises(ValueError, match="grid_gamma"):
+        calibrate_policies(ok, (0.1,), (0.0,), 0.5)
+    with pytest.raises(ValueError, match="grid_gamma"):
+        calibrate_policies(ok, (0.1,), (0.9, 0.9), 0.5)
+    with pytest.raises(ValueError, match="grid_gamma"):
+        calibrate_policies(ok, (0.1,), (float("nan"),), 0.5)
+    with pytest.raises(TypeError, match="grid_gamma"):
+        calibrate_policies(ok, (0.1,), 0.9, 0.5)
+    with pytest.raises(ValueError, match="density_cap"):
+        calibrate_policies(ok, (0.1,), (0.9,), 0.0)
+    with pytest.raises(ValueError, match="tasks"):
+        calibrate_policies(ok, (0.1,), (0.9,), 0.5, tasks=("poetry",))
+    with pytest.raises(ValueError, match="tasks"):
+        calibrate_policies(ok, (0.1,), (0.9,), 0.5, tasks=())
+    with pytest.raises(TypeError, match="evaluate"):
+        calibrate_policies(None, (0.1,), (0.9,), 0.5)
+    with pytest.raises(ValueError, match="evaluate"):
+        calibrate_policies(lambda t, p: 1.0, (0.1,), (0.9,), 0.5)
+    with pytest.raises(ValueError, match="non-finite"):
+        calibrate_policies(lambda t, p: (float("nan"), 0.5), (0.1,), (0.9,), 0.5)
+    with pytest.raises(ValueError, match="base_policies"):
+        calibrate_policies(ok, (0.1,), (0.9,), 0.5, base_policies={"mixed": DEFAULT_POLICIES["mixed"]})
+
+
+def test_model_calibration_on_tiny_model(tiny_model):
+    g = torch.Generator().manual_seed(9)
+    prompts = [torch.randint(4, 64, (1, 128), generator=g) for _ in range(2)]
+    tiny_model.set_attn_implementation("sdpa")
+    with torch.no_grad():  # answers = the dense model's own next token
+        answers = [int(tiny_model(p).logits[0, -1].argmax()) for p in prompts]
+    examples = {"retrieval": list(zip(prompts, answers))}
+    cfg = AdaCalConfig(block_size=16)
+    evaluate = model_evaluator(tiny_model, examples, cfg, max_new_tokens=2)
+    full = TaskPolicy(0.0, 1.0, 1.0, "off", 1.0)  # every head dynamic, every block: dense
+    acc, dens = evaluate("retrieval", full)
+    assert (acc, dens) == (1.0, 1.0)
+    sparse = TaskPolicy(0.0, 1.0, 0.3, "off", 0.2)
+    acc_s, dens_s = evaluate("retrieval", sparse)
+    assert 0.0 <= acc_s <= 1.0 and dens_s < 1.0
+    assert tiny_model.config._attn_implementation == "sdpa"  # restored
+    with pytest.raises(ValueError, match="no calibration examples"):
+        evaluate("structure", full)
+    pols, table = calibrate_policies_on_model(
+        tiny_model, examples, (0.0, 0.5), (0.5, 1.0), density_cap=0.9, config=cfg, return_table=True
+    )
+    assert len(table) == 4 and set(pols) == set(DEFAULT_POLICIES)
+    assert pols["structure"] == DEFAULT_POLICIES["structure"]
+    chosen = [r for r in table if r["chosen"]]
+    assert len(chosen) <= 1 and all(r["density"] <= 0.9 for r in chosen)
+    with pytest.raises(ValueError, match="examples"):
+        model_evaluator(tiny_model, {}, cfg)
+    with pytest.raises(ValueError, match="task"):
+        model_evaluator(tiny_model, {"chat": examples["retrieval"]}, cfg)
