@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
@@ -25,6 +27,7 @@ from neurips26.federated.flower import (
     local_identity,
     make_client_app,
     malicious_clients,
+    quiet_flower,
     run_async,
     run_rounds,
     to_arrayrecord,
@@ -215,3 +218,29 @@ def test_real_flower_simulation_engine_two_clients():
     a, b = results["simulation"].state, results["inprocess"].state
     assert all(torch.allclose(a[k], b[k], atol=1e-6) for k in a)
     assert len(results["simulation"].metrics) == 3
+
+
+class _Records(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.messages: list[str] = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+
+def test_quiet_flower_drops_only_the_central_evaluation_notice():
+    logger = logging.getLogger("flwr")
+    handler = _Records()
+    logger.addHandler(handler)
+    try:
+        RobustFedAvg("median")  # fraction_evaluate defaults to 0.0: no notice
+        with quiet_flower():
+            logger.warning("fraction_evaluate is set to 0.0. Federated evaluation will be skipped.")
+            logger.warning("something else")
+        logger.warning("fraction_evaluate is set to 0.0. again, outside")
+    finally:
+        logger.removeHandler(handler)
+    assert not any(m.startswith("fraction_evaluate") and "outside" not in m for m in handler.messages)
+    assert "something else" in handler.messages
+    assert "fraction_evaluate is set to 0.0. again, outside" in handler.messages

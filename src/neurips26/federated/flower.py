@@ -141,15 +141,32 @@ def local_identity(run_id: int = 0) -> Iterator[None]:
         TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = saved
 
 
+class _DropNotices(logging.Filter):
+    """Drops Flower's per-round notices about settings these runs choose on purpose."""
+
+    NOTICES = ("fraction_evaluate is set to 0.0",)  # evaluation is centralised (evaluate_fn) by design
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.getMessage()).startswith(self.NOTICES)
+
+
 @contextlib.contextmanager
 def quiet_flower(level: int = logging.WARNING) -> Iterator[None]:
-    """Lower Flower's per-round INFO logging for the duration of a run."""
+    """Lower Flower's per-round INFO logging for the duration of a run.
+
+    Also drops the per-round "fraction_evaluate is set to 0.0" warning: the strategies here evaluate
+    centrally through ``evaluate_fn`` and never ask clients to evaluate, so that notice carries no
+    information. Every other warning still shows.
+    """
     logger = logging.getLogger("flwr")
     old = logger.level
+    notices = _DropNotices()
     logger.setLevel(level)
+    logger.addFilter(notices)
     try:
         yield
     finally:
+        logger.removeFilter(notices)
         logger.setLevel(old)
 
 
@@ -411,7 +428,8 @@ class RobustFedAvg(FedAvg):
         if rule not in AGGREGATORS:
             raise ValueError(f"unknown aggregation rule {rule!r}; choose one of {sorted(AGGREGATORS)}")
         kwargs.setdefault("fraction_evaluate", 0.0)
-        super().__init__(**kwargs)
+        with quiet_flower():  # the default (central evaluation) is deliberate: no notice
+            super().__init__(**kwargs)
         self.rule = rule
         self.num_malicious = check_int("num_malicious", num_malicious, low=0)
         self.beta = check_float("beta", beta, 0.0, 0.5, high_open=True)
@@ -470,7 +488,8 @@ class AsyncFedAvg(FedAvg):
         if not isinstance(rule, AsyncStrategy):
             raise TypeError(f"rule must be an AsyncStrategy, got {type(rule).__name__}")
         kwargs.setdefault("fraction_evaluate", 0.0)
-        super().__init__(**kwargs)
+        with quiet_flower():  # the default (central evaluation) is deliberate: no notice
+            super().__init__(**kwargs)
         self.rule = rule
         self.model = model_fn()
         if initial_state is not None:
