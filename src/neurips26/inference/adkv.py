@@ -32,10 +32,26 @@ bit for bit. Metadata per head and stream: ``(2 + 3) * 16 * d`` bits (``z_1, a_1
 gamma``), independent of the context length ``T``; static group-wise keys need ``2 * 16 * d *
 ceil(T / G)`` bits and per-token values ``2 * 16 * T * ceil(d / G_v)``.
 
+Outlier channels (``n_outliers = n``): per layer, KV head and ADKV stream (keys, and values when they
+are ADKV-coded) the ``n`` channels of largest mean square ``mean_t x_{t,c}^2`` are kept exactly in
+fp16 and the other ``d' = d - n`` channels are ADKV-coded. The indices are static: chosen by the
+calibration from the recorded keys/values (pooled over sequences and tokens), or, without
+calibration, from the first ``B0`` tokens of the first prefill pooled over the batch. They cost
+``n * ceil(log2 d)`` metadata bits per head and stream (stored bit-packed); the fp16 outlier values
+are payload (``16 * n`` bits per token). Metadata then is ``(2 + 3) * 16 * d' + n ceil(log2 d)``.
+
+Decoder checkpoints (``checkpoint_every = C``): the encoder stores its exact float64 accumulators
+``(L_t, cmax_t, sum_{k<t} d_k s_k)`` before tokens ``t = C, 2C, ...``; chunk ``j`` then starts its
+running sums from checkpoint ``j`` instead of from the start, so the ``ceil(T / C)`` chunks are
+scanned in one vectorised pass with the same left-to-right float64 operations, i.e. with bit-identical
+output. Cost: ``(T_q - 1) // C`` checkpoints of ``3 * 64 * d'`` bits per head, stream and batch row
+(metadata that again grows with ``T``, by ``192 / C`` bits per channel and token).
+
 Calibration treats the quantiser as an RNN: parameters ``eta = sigmoid(.)``, ``gamma = softplus(.)``,
 straight-through rounding, truncated BPTT, Adam; loss = relative MSE between causal attention outputs
 computed with reconstructed and exact keys/values recorded through a registered
-``transformers.AttentionInterface`` function.
+``transformers.AttentionInterface`` function (outlier channels enter the loss exactly). Layers do not
+interact, so the calibration splits over worker processes with bit-identical results.
 """
 
 from __future__ import annotations
@@ -72,9 +88,12 @@ __all__ = [
     "ADKVCache",
     "GroupwiseStaticCache",
     "calibrate_adkv",
+    "calibrate_streams",
     "record_qkv",
     "metadata_bits",
     "adkv_memory_formula",
+    "select_outlier_channels",
+    "index_bits",
 ]
 
 _META = torch.float16
@@ -562,7 +581,9 @@ def _check_outlier_indices(name: str, idx: torch.Tensor, kv_heads: int, head_dim
     if idx.dtype.is_floating_point or idx.dtype == torch.bool:
         raise TypeError(f"{name} must be an integer tensor, got {idx.dtype}")
     if n and (int(idx.min()) < 0 or int(idx.max()) >= head_dim):
-        raise ValueError(f"{name} must lie in [0, {head_dim}), got values in [{int(idx.min())}, {int(idx.max())}]")
+        raise ValueError(
+            f"{name} must lie in [0, {head_dim}), got values in [{int(idx.min())}, {int(idx.max())}]"
+        )
     if n and bool((torch.sort(idx, -1).values.diff(dim=-1) == 0).any()):
         raise ValueError(f"{name} must hold distinct channels per head")
 
@@ -958,7 +979,9 @@ class ADKVCache(QuantizedKVCacheMixin, Cache):
                     )
                 o = p.get(f"{name}_outliers")
                 if o is not None:
-                    _check_outlier_indices(f"params[{i}]['{name}_outliers']", o, kv_heads, head_dim, adkv.n_outliers)
+                    _check_outlier_indices(
+                        f"params[{i}]['{name}_outliers']", o, kv_heads, head_dim, adkv.n_outliers
+                    )
             layers.append(
                 ADKVLayer(adkv, p.get("key"), p.get("value"), p.get("key_outliers"), p.get("value_outliers"))
             )
@@ -1205,9 +1228,10 @@ def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, n_query: int) 
     return torch.softmax(scores, dim=-1) @ v
 
 
-def calibrate_adkv(
-    model: torch.nn.Module,
-    calib_batches: Iterable[torch.Tensor],
+def calibrate_streams(
+    Q: torch.Tensor,
+    K: torch.Tensor,
+    V: torch.Tensor,
     config: ADKVConfig,
     steps: int = 200,
     lr: float = 1e-2,
@@ -1215,25 +1239,31 @@ def calibrate_adkv(
     batch_size: int = 8,
     n_query: int = 32,
     seed: int = 0,
-) -> dict[int, dict[str, torch.Tensor]]:
-    """Calibrate per-channel ``(eta_z, eta_s, gamma)`` of every layer by SGD on attention-output error.
-
-    The quantiser is unrolled as an RNN over the recorded key/value streams (all layers at once,
-    independently), rounding uses a straight-through estimator, ``eta = sigmoid(.)`` and ``gamma =
-    softplus(.)``. Loss: mean over layers of the relative MSE between causal attention outputs (last
-    ``n_query`` queries) with reconstructed and exact keys/values.
+    loss_layers: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """SGD calibration of ADKV parameters on recorded streams (the tensor core of :func:`calibrate_adkv`).
 
     Parameters
     ----------
-    model : transformers causal LM (Llama-style attention with ``layer_idx``).
-    calib_batches : iterable of LongTensor[B, T]
-        Token ids; every batch must have the same length ``T``.
-    config : ADKVConfig (bits in [1, 8]).
-    steps, lr, bptt, batch_size, n_query, seed : optimisation settings.
+    Q : Tensor[Ly, N, Hq, T, D]
+        Post-RoPE queries of ``Ly`` layers on ``N`` calibration sequences.
+    K, V : Tensor[Ly, N, Hkv, T, D]
+        Post-RoPE keys and values (``Hq`` a multiple of ``Hkv``).
+    config : ADKVConfig
+        ``bits`` in [1, 8]; ``n_outliers`` channels per (layer, stream, head) of largest mean square
+        over all sequences and tokens are kept exact (fp16) and excluded from the loss's quantisation.
+    steps, lr, bptt, batch_size, n_query, seed : optimisation settings (Adam; the same random
+        mini-batches of sequences for every layer).
+    loss_layers : int, optional
+        Number of layers the loss is averaged over (default ``Ly``). Layers do not interact, so
+        calibrating a slice of the layers with ``loss_layers`` = the total reproduces the joint run
+        for that slice (the basis of ``calibrate_adkv(..., workers > 1)``).
 
     Returns
     -------
-    dict ``layer_idx -> {"key": Tensor[kv_heads, 3, head_dim], "value": Tensor[kv_heads, 3, head_dim]}``
+    params : Tensor[Ly, 2, Hkv, 3, D]
+        ``(eta_z, eta_s, gamma)`` per layer, stream (key, value), head and channel.
+    outliers : LongTensor[Ly, 2, Hkv, n_outliers] or None (``n_outliers == 0``)
     """
     if not 1 <= config.bits <= 8:
         raise ValueError(f"calibration needs bits in [1, 8], got {config.bits}")
@@ -1242,19 +1272,23 @@ def calibrate_adkv(
     check_int("bptt", bptt, low=1)
     check_int("batch_size", batch_size, low=1)
     check_int("n_query", n_query, low=1)
-    batches = list(calib_batches)
-    if not batches:
-        raise ValueError("calib_batches must not be empty")
-    with torch.no_grad(), record_qkv(model) as store:
-        for ids in batches:
-            model(input_ids=ids, use_cache=False)
-    layers = sorted(store)
-    Q = torch.stack([torch.cat([r[0] for r in store[i]], 0) for i in layers]).float()  # [Ly, N, Hq, T, D]
-    K = torch.stack([torch.cat([r[1] for r in store[i]], 0) for i in layers]).float()
-    V = torch.stack([torch.cat([r[2] for r in store[i]], 0) for i in layers]).float()
+    if K.dim() != 5 or V.shape != K.shape or Q.dim() != 5 or Q.shape[:2] != K.shape[:2]:
+        raise ValueError(
+            f"need Q [Ly, N, Hq, T, D] and K, V [Ly, N, Hkv, T, D]; got {tuple(Q.shape)}, {tuple(K.shape)}, "
+            f"{tuple(V.shape)}"
+        )
     n_ly, n_seq, hk, T, d = K.shape
+    config.check_head_dim(d)
+    n_norm = n_ly if loss_layers is None else check_int("loss_layers", loss_layers, low=n_ly)
+    Q, K, V = Q.float(), K.float(), V.float()
     n_query = min(n_query, T)
     KV = torch.stack([K, V], 1)  # [Ly, 2, N, Hkv, T, D]
+    outliers = mask = None
+    if config.n_outliers:
+        outliers = select_outlier_channels(KV, config.n_outliers, pool_dims=(2,))  # [Ly, 2, Hkv, n]
+        mask = torch.zeros(n_ly, 2, 1, hk, 1, d, dtype=torch.bool)
+        mask.scatter_(-1, outliers[:, :, None, :, None, :], True)
+        exact = KV.to(_META).float()
     init = config.default_params(d, (n_ly, 2, hk))  # [Ly, 2, Hkv, 3, D]
     raw = torch.empty_like(init)
     raw[..., :2, :] = torch.logit(init[..., :2, :])
@@ -1273,7 +1307,7 @@ def calibrate_adkv(
         return torch.cat([eta, gamma], dim=-2)
 
     with torch.no_grad():
-        ref = torch.stack([_attention(Q, K, V, n_query)], 0)[0]
+        ref = _attention(Q, K, V, n_query)
         ref_pow = ref.pow(2).mean(dim=(1, 2, 3, 4), keepdim=True).clamp_min(1e-12)
     for _ in range(steps):
         idx = torch.randperm(n_seq, generator=gen)[: min(batch_size, n_seq)]
@@ -1281,10 +1315,104 @@ def calibrate_adkv(
         quant = ADKVQuantizer(d, config, p)
         state = ADKVState(z1[:, :, idx], a1[:, :, idx])
         xh = quant._run(KV[:, :, idx], state, p, torch.float32, stored=False, ste=True, bptt=bptt)[1]
+        if mask is not None:
+            xh = torch.where(mask, exact[:, :, idx], xh)
         out = _attention(Q[:, idx], xh[:, 0], xh[:, 1], n_query)
-        loss = ((out - ref[:, idx]).pow(2).mean(dim=(1, 2, 3, 4), keepdim=True) / ref_pow).mean()
+        terms = (out - ref[:, idx]).pow(2).mean(dim=(1, 2, 3, 4), keepdim=True) / ref_pow
+        loss = terms.mean() if n_norm == n_ly else terms.sum() / n_norm
         opt.zero_grad()
         loss.backward()
         opt.step()
-    final = params_from(raw.detach())
-    return {layers[i]: {"key": final[i, 0].clone(), "value": final[i, 1].clone()} for i in range(n_ly)}
+    return params_from(raw.detach()), outliers
+
+
+def _calibrate_worker(args: tuple) -> tuple[torch.Tensor, torch.Tensor | None]:
+    Q, K, V, config, kwargs, threads = args
+    torch.set_num_threads(threads)  # a spawned worker process: its own global state
+    return calibrate_streams(Q, K, V, config, **kwargs)
+
+
+def calibrate_adkv(
+    model: torch.nn.Module,
+    calib_batches: Iterable[torch.Tensor],
+    config: ADKVConfig,
+    steps: int = 200,
+    lr: float = 1e-2,
+    bptt: int = 64,
+    batch_size: int = 8,
+    n_query: int = 32,
+    seed: int = 0,
+    workers: int = 1,
+) -> dict[int, dict[str, torch.Tensor]]:
+    """Calibrate per-channel ``(eta_z, eta_s, gamma)`` of every layer by SGD on attention-output error.
+
+    The quantiser is unrolled as an RNN over the recorded key/value streams (all layers at once,
+    independently), rounding uses a straight-through estimator, ``eta = sigmoid(.)`` and ``gamma =
+    softplus(.)``. Loss: mean over layers of the relative MSE between causal attention outputs (last
+    ``n_query`` queries) with reconstructed and exact keys/values. See :func:`calibrate_streams`.
+
+    Parameters
+    ----------
+    model : transformers causal LM (Llama-style attention with ``layer_idx``).
+    calib_batches : iterable of LongTensor[B, T]
+        Token ids; every batch must have the same length ``T``.
+    config : ADKVConfig (bits in [1, 8]).
+    steps, lr, bptt, batch_size, n_query, seed : optimisation settings.
+    workers : int
+        ``> 1`` splits the layers round-robin over that many spawned processes
+        (``torch.multiprocessing``); layers are independent, so the result equals ``workers=1``.
+
+    Returns
+    -------
+    dict ``layer_idx -> {"key": Tensor[kv_heads, 3, head_dim], "value": Tensor[kv_heads, 3, head_dim]}``,
+    plus ``"key_outliers"``/``"value_outliers"`` (``LongTensor[kv_heads, n_outliers]``) when
+    ``config.n_outliers > 0``.
+    """
+    if not 1 <= config.bits <= 8:
+        raise ValueError(f"calibration needs bits in [1, 8], got {config.bits}")
+    check_int("workers", workers, low=1)
+    kwargs = dict(steps=steps, lr=lr, bptt=bptt, batch_size=batch_size, n_query=n_query, seed=seed)
+    check_int("steps", steps, low=0)
+    check_float("lr", lr, 0.0, low_open=True)
+    check_int("bptt", bptt, low=1)
+    check_int("batch_size", batch_size, low=1)
+    check_int("n_query", n_query, low=1)
+    batches = list(calib_batches)
+    if not batches:
+        raise ValueError("calib_batches must not be empty")
+    with torch.no_grad(), record_qkv(model) as store:
+        for ids in batches:
+            model(input_ids=ids, use_cache=False)
+    layers = sorted(store)
+    Q = torch.stack([torch.cat([r[0] for r in store[i]], 0) for i in layers]).float()  # [Ly, N, Hq, T, D]
+    K = torch.stack([torch.cat([r[1] for r in store[i]], 0) for i in layers]).float()
+    V = torch.stack([torch.cat([r[2] for r in store[i]], 0) for i in layers]).float()
+    n_ly = len(layers)
+    workers = min(workers, n_ly)
+    if workers == 1:
+        params, outliers = calibrate_streams(Q, K, V, config, **kwargs)
+    else:
+        parts = [list(range(w, n_ly, workers)) for w in range(workers)]
+        jobs = [
+            (Q[p], K[p], V[p], config, {**kwargs, "loss_layers": n_ly}, torch.get_num_threads())
+            for p in parts
+        ]
+        ctx = torch.multiprocessing.get_context("spawn")
+        with ctx.Pool(workers) as pool:
+            results = pool.map(_calibrate_worker, jobs)
+        params = torch.empty(n_ly, *results[0][0].shape[1:])
+        outliers = (
+            None if results[0][1] is None else torch.empty(n_ly, *results[0][1].shape[1:], dtype=torch.long)
+        )
+        for p, (prm, out) in zip(parts, results):
+            params[p] = prm
+            if outliers is not None:
+                outliers[p] = out
+    result: dict[int, dict[str, torch.Tensor]] = {}
+    for i, layer in enumerate(layers):
+        entry = {"key": params[i, 0].clone(), "value": params[i, 1].clone()}
+        if outliers is not None:
+            entry["key_outliers"] = outliers[i, 0].clone()
+            entry["value_outliers"] = outliers[i, 1].clone()
+        result[layer] = entry
+    return result
