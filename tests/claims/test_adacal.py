@@ -54,7 +54,24 @@ def test_smoke_structure(smoke):
     info = info[0] if isinstance(info, list) else info
     assert set(info["adacal_oracle"]) == {"worst_acc", "acc_retrieval", "acc_structure", "density"}
     assert 0.0 <= info["dispatch_accuracy"] <= 1.0
-    assert set(info["prefill_seconds"]["512"]) == {*CLAIM.arms, "adacal_oracle"}
+    assert set(info["prefill_seconds"]["512"]) == {*CLAIM.arms, "adacal_oracle", "adacal_calibrated"}
+    # the calibrated arm is reported (no criterion on it) with its grid search
+    assert set(info["adacal_calibrated"]) == {"worst_acc", "acc_retrieval", "acc_structure", "density"}
+    assert all(math.isfinite(v) for v in info["adacal_calibrated"].values())
+    cal = info["calibration"]
+    cap = CLAIM.configs["smoke"]["calib_density_cap"]
+    assert cal["density_cap"] == cap and set(cal["policies"]) == {"structure", "mixed", "retrieval"}
+    assert len(cal["table"]) == 2 * 2  # 2 families x (2 theta_mid x 1 gamma)
+    for fam in ("retrieval", "structure"):
+        rows = [r for r in cal["table"] if r["task"] == fam]
+        chosen = [r for r in rows if r["chosen"]]
+        if fam in cal["fell_back_to_default"]:
+            assert not chosen and not any(r["feasible"] for r in rows)
+        else:
+            assert len(chosen) == 1 and chosen[0]["density"] <= cap
+            assert cal["policies"][fam]["theta_mid"] == chosen[0]["theta_mid"]
+    assert len(cal["fell_back_to_default"]) < 2  # the smoke cap admits grid points: selection runs
+    assert "adacal_calibrated" not in result["metrics"]["worst_acc"]  # criteria arms unchanged
 
 
 def test_smoke_is_deterministic(smoke):
@@ -62,3 +79,4 @@ def test_smoke_is_deterministic(smoke):
     assert first["metrics"] == second["metrics"]
     assert first["info"][0]["accuracy_table"] == second["info"][0]["accuracy_table"]
     assert first["info"][0]["density_table"] == second["info"][0]["density_table"]
+    assert first["info"][0]["calibration"] == second["info"][0]["calibration"]
