@@ -11,12 +11,16 @@ from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 from neurips26.inference.adkv import (
     ADKVCache,
     ADKVConfig,
+    ADKVLayer,
     ADKVQuantizer,
     GroupwiseStaticCache,
     _attention,
     adkv_memory_formula,
     calibrate_adkv,
+    calibrate_streams,
+    index_bits,
     metadata_bits,
+    select_outlier_channels,
 )
 
 
@@ -278,3 +282,254 @@ def test_bulk_prefill_equals_layerwise_updates():
         ka, _ = a.update(new, new, 0)
         kb, _ = b.update(new, new, 0)
         assert torch.allclose(ka, kb, rtol=0, atol=1e-6)
+
+
+# ------------------------------------------------------------------------- decoder states (spec step 3)
+def test_decoder_regenerates_encoder_states_from_codes_alone():
+    """A naive per-token implementation of the update equations gives the same codes, z_t and s_t."""
+    x = drift_stream(T=60, d=6, lead=(2,), seed=3).double()
+    cfg = ADKVConfig(bits=2, overload_up=1.5)
+    q = ADKVQuantizer(6, cfg)
+    state = q.init_state(x[..., :16, :])
+    codes, _, _ = q.encode_raw(x, state)
+    z_dec, s_dec = q.decode_states(codes, state)
+    eta_z, eta_s, gamma = (torch.tensor(v, dtype=torch.float16).double() for v in (0.1, 0.1, 2.0))
+    o, top = cfg.offset, 3
+    z = state.z1.double()
+    s = torch.clamp(gamma * state.a1.double() / o, min=1e-6)
+    s_min = s * cfg.s_min_rel
+    for t in range(60):
+        assert torch.allclose(z_dec[..., t, :], z, rtol=1e-12, atol=1e-12)
+        assert torch.allclose(s_dec[..., t, :], s, rtol=1e-12, atol=0)
+        qt = torch.clamp(torch.round((x[..., t, :] - z) / s) + o, 0, top)
+        assert torch.equal(qt.to(torch.uint8), codes[..., t, :])
+        d = qt - o
+        sat = (qt == 0) | (qt == top)
+        z = z + eta_z * d * s  # = z + eta_z (x_hat - z)
+        s = torch.maximum(s * ((1 - eta_s) + eta_s * gamma * d.abs() / o) * torch.where(sat, 1.5, 1.0), s_min)
+
+
+# ------------------------------------------------------------------------ checkpoints (spec step 7)
+@pytest.mark.parametrize("every", [1, 7, 32, 64, 500])
+def test_checkpointed_decode_is_bit_identical(every):
+    x = drift_stream(T=203, seed=4)
+    plain = ADKVQuantizer(16, ADKVConfig(bits=3))
+    q = ADKVQuantizer(16, ADKVConfig(bits=3, checkpoint_every=every))
+    s0 = q.init_state(x[..., :16, :])
+    c1, e1 = q.encode(x[..., :90, :], s0)  # checkpoints accumulate across encode calls
+    c2, e2 = q.encode(x[..., 90:, :], e1)
+    codes = torch.cat([c1, c2], -2)
+    ref_codes, _ = plain.encode(x, s0)
+    assert torch.equal(codes, ref_codes)  # checkpointing changes nothing in the stream
+    n_ck = 202 // every
+    assert (e2.checkpoints is None) if n_ck == 0 else e2.checkpoints.shape == (2, 3, n_ck, 3, 16)
+    chunked = q.decode(codes, 203, s0, e2.checkpoints)
+    assert torch.equal(chunked, q.decode(codes, 203, s0)) and torch.equal(chunked, plain.simulate(x, s0))
+    if n_ck:
+        with pytest.raises(ValueError, match="checkpoints"):
+            q.decode(codes, 203, s0, e2.checkpoints[..., :-1, :, :] if n_ck > 0 else None)
+
+
+@pytest.mark.parametrize(
+    ("n_out", "every", "residual", "storage"),
+    [(0, 8, 0, "packed"), (2, None, 0, "packed"), (3, 5, 4, "packed"), (1, 16, 0, "simulated")],
+)
+def test_outliers_and_checkpoints_memory_formula_equals_measured(n_out, every, residual, storage):
+    model = tiny_model()
+    ids = torch.randint(1, 64, (2, 40), generator=torch.Generator().manual_seed(10))
+    cfg = ADKVConfig(
+        bits=3, n_outliers=n_out, checkpoint_every=every, residual_length=residual, storage=storage
+    )
+    cache = ADKVCache(model.config, cfg)
+    with torch.no_grad():
+        model(ids[:, :30], cache=cache)
+        model(ids[:, 30:33], cache=cache)
+        model(ids[:, 33:34], cache=cache)
+    formula = adkv_memory_formula(34, 2, 2, 16, 3, residual, 2, n_outliers=n_out, checkpoint_every=every)
+    for layer in cache.layers:
+        assert layer.memory_bytes(2) == {**formula, "elements": 2 * 2 * 2 * 16 * 34}
+    bits = metadata_bits(
+        "adkv", 34, 16, 2, 2, residual_length=residual, batch=2, n_outliers=n_out, checkpoint_every=every
+    )
+    assert cache.memory_report()["metadata_bytes"] * 8 == bits  # 2 * 2 heads * n * 4 bits: whole bytes
+    t_q = 34 - residual
+    ck_bits = 2 * 2 * 2 * 2 * ((t_q - 1) // every) * 3 * 64 * (16 - n_out) if every else 0
+    base = metadata_bits("adkv", 34, 16, 2, 2, residual_length=residual, batch=2)
+    assert bits == base - 2 * 2 * 2 * n_out * (2 * 2 + 3) * 16 + 2 * 2 * 2 * n_out * index_bits(16) + ck_bits
+
+
+def test_checkpointed_cache_generates_identically():
+    model = tiny_model()
+    ids = torch.randint(1, 64, (2, 21), generator=torch.Generator().manual_seed(11))
+    kw = dict(max_new_tokens=12, do_sample=False, output_scores=True, return_dict_in_generate=True)
+    outs = [
+        model.generate(
+            ids, cache=ADKVCache(model.config, ADKVConfig(bits=2, n_outliers=1, checkpoint_every=c)), **kw
+        )
+        for c in (None, 4)
+    ]
+    assert torch.equal(outs[0].sequences, outs[1].sequences)
+    assert all(torch.equal(a, b) for a, b in zip(outs[0].scores, outs[1].scores))
+
+
+# ---------------------------------------------------------------------- outlier channels (spec step 4)
+def test_select_outlier_channels_finds_planted_channels():
+    g = torch.Generator().manual_seed(12)
+    x = torch.randn(3, 2, 40, 16, generator=g)
+    x[:, 0, :, 5] *= 20
+    x[:, 0, :, 11] += 30
+    x[:, 1, :, 2] *= 15
+    x[:, 1, :, 9] *= 12
+    idx = select_outlier_channels(x, 2, pool_dims=(0,))
+    assert idx.tolist() == [[5, 11], [2, 9]]
+    assert index_bits(16) == 4 and index_bits(64) == 6 and index_bits(1) == 1
+
+
+def _outlier_states(seed=13):
+    g = torch.Generator().manual_seed(seed)
+    t = torch.arange(48, dtype=torch.float32)
+    k = 0.3 * torch.randn(2, 2, 48, 16, generator=g)
+    k[:, 0, :, 3] += 40 * torch.cos(0.9 * t)  # fast, large oscillation: hard for a 2-bit EMA coder
+    k[:, 1, :, 12] += 25 * torch.sin(1.3 * t)
+    v = torch.randn(2, 2, 48, 16, generator=g)
+    return k, v
+
+
+def test_outlier_channels_are_exact_fp16_and_reduce_error():
+    k, v = _outlier_states()
+    errs = {}
+    for n in (0, 1):
+        layer = ADKVLayer(ADKVConfig(bits=2, n_outliers=n))
+        layer.update(k, v)
+        kh, vh = layer.dequantized_states()
+        errs[n] = float((kh - k).pow(2).mean())
+        if n:
+            assert layer.outliers[0].tolist() == [[3], [12]]  # keys: chosen from the first 16 tokens
+            assert torch.equal(kh[:, 0, :, 3], k[:, 0, :, 3].half().float())
+            assert torch.equal(kh[:, 1, :, 12], k[:, 1, :, 12].half().float())
+            assert layer.key_outlier_values.shape == (2, 2, 48, 1)
+            assert layer.key_outlier_values.dtype == torch.float16
+            assert layer.key_codes.shape == (2, 48, math.ceil(2 * 15 * 2 / 8))
+    assert errs[1] < errs[0] / 10
+
+
+def test_given_outliers_are_used_and_packed_equals_simulated_and_bulk_prefill():
+    model = tiny_model()
+    g = torch.Generator().manual_seed(14)
+    kv = [(torch.randn(2, 2, 20, 16, generator=g), torch.randn(2, 2, 20, 16, generator=g)) for _ in range(2)]
+    given = {
+        0: {"key_outliers": torch.tensor([[1, 7], [0, 15]]), "value_outliers": torch.tensor([[2, 3], [4, 5]])}
+    }
+    new = torch.randn(2, 2, 1, 16, generator=g)
+    states = {}
+    for storage in ("packed", "simulated"):
+        cfg = ADKVConfig(bits=3, n_outliers=2, checkpoint_every=6, residual_length=3, storage=storage)
+        a, b = ADKVCache(model.config, cfg, params=given), ADKVCache(model.config, cfg, params=given)
+        for i, (k, v) in enumerate(kv):
+            a.update(k, v, i)
+        b.bulk_prefill(kv)
+        assert a.layers[0].outliers.tolist() == [[[1, 7], [0, 15]], [[2, 3], [4, 5]]]
+        assert b.layers[1].outliers.shape == (2, 2, 2)  # layer 1: chosen from its first tokens
+        for la, lb in zip(a.layers, b.layers):
+            assert torch.equal(la.key_codes, lb.key_codes) and torch.equal(la.value_codes, lb.value_codes)
+            assert torch.equal(la.key_outlier_values, lb.key_outlier_values)
+            assert torch.equal(la.stream_state.checkpoints, lb.stream_state.checkpoints)
+        assert a.memory_bytes() == b.memory_bytes()
+        states[storage] = a.update(new, new, 0)
+        assert torch.allclose(b.update(new, new, 0)[0], states[storage][0], rtol=0, atol=1e-6)
+    assert torch.allclose(states["packed"][0], states["simulated"][0], rtol=0, atol=1e-6)
+    assert torch.allclose(states["packed"][1], states["simulated"][1], rtol=0, atol=1e-6)
+
+
+def test_new_option_errors():
+    with pytest.raises(ValueError, match="n_outliers"):
+        ADKVConfig(n_outliers=-1)
+    with pytest.raises(ValueError, match="checkpoint_every"):
+        ADKVConfig(checkpoint_every=0)
+    with pytest.raises(TypeError, match="checkpoint_every"):
+        ADKVConfig(checkpoint_every=2.5)
+    model = tiny_model()
+    with pytest.raises(ValueError, match=r"n_outliers \(16\) must be smaller than head_dim \(16\)"):
+        ADKVCache(model.config, ADKVConfig(n_outliers=16))
+    with pytest.raises(ValueError, match="kv_heads, n_outliers"):
+        ADKVCache(
+            model.config,
+            ADKVConfig(n_outliers=2),
+            params={0: {"key_outliers": torch.zeros(2, 3, dtype=torch.long)}},
+        )
+    with pytest.raises(ValueError, match="distinct"):
+        ADKVCache(
+            model.config,
+            ADKVConfig(n_outliers=2),
+            params={1: {"value_outliers": torch.tensor([[1, 1], [0, 2]])}},
+        )
+    with pytest.raises(ValueError, match=r"\[0, 16\)"):
+        ADKVCache(
+            model.config, ADKVConfig(n_outliers=1), params={1: {"key_outliers": torch.tensor([[1], [16]])}}
+        )
+    with pytest.raises(ValueError, match="n_outliers"):
+        metadata_bits("adkv", 10, 16, 1, 1, n_outliers=16)
+    with pytest.raises(ValueError, match="n_outliers"):
+        calibrate_streams(*(torch.zeros(1, 1, 1, 4, 4),) * 3, ADKVConfig(n_outliers=4), steps=1)
+    layer = ADKVLayer(ADKVConfig(n_outliers=8))
+    with pytest.raises(ValueError, match="head_dim"):
+        layer.update(torch.zeros(1, 1, 2, 8), torch.zeros(1, 1, 2, 8))
+
+
+# ------------------------------------------------------------------------- calibration (spec step 8)
+def _drift_qkv(n_ly=2, n_seq=4, T=32, d=8, seed=15):
+    g = torch.Generator().manual_seed(seed)
+    t = torch.arange(T, dtype=torch.float32).unsqueeze(-1)
+    omega = torch.rand(n_ly, 1, 2, 1, d, generator=g) * 0.3
+    amp = 0.5 + torch.rand(n_ly, 1, 2, 1, d, generator=g) * 3
+    K = amp * torch.cos(omega * t + torch.rand(n_ly, n_seq, 2, 1, d, generator=g) * 6)
+    K = K + 0.1 * torch.randn(n_ly, n_seq, 2, T, d, generator=g)
+    V = torch.randn(n_ly, n_seq, 2, T, d, generator=g).cumsum(-2) * 0.2
+    Q = 2 * torch.randn(n_ly, n_seq, 4, T, d, generator=g)
+    return Q, K, V
+
+
+def test_50_calibration_steps_reduce_attention_error_on_drift_streams():
+    Q, K, V = _drift_qkv()
+    cfg = ADKVConfig(bits=2)
+    params, outliers = calibrate_streams(Q, K, V, cfg, steps=50, lr=5e-2, bptt=16, batch_size=4, n_query=16)
+    assert outliers is None and params.shape == (2, 2, 2, 3, 8)
+
+    def err(p):
+        total = 0.0
+        for i in range(2):
+            xs = []
+            for j, x in enumerate((K[i], V[i])):
+                q = ADKVQuantizer(8, cfg, None if p is None else p[i, j])
+                xs.append(q.simulate(x, q.init_state(x[..., :16, :])))
+            ref = _attention(Q[i], K[i], V[i], 16)
+            total += float((_attention(Q[i], *xs, 16) - ref).pow(2).mean() / ref.pow(2).mean())
+        return total
+
+    assert err(params) < 0.9 * err(None)
+
+
+def test_calibration_of_layer_slices_reproduces_joint_run_bitwise():
+    Q, K, V = _drift_qkv(n_ly=3, T=24)
+    cfg = ADKVConfig(bits=2, n_outliers=1)
+    kw = dict(steps=6, lr=5e-2, bptt=8, batch_size=3, n_query=8, seed=3)
+    joint, out = calibrate_streams(Q, K, V, cfg, **kw)
+    assert out.shape == (3, 2, 2, 1)
+    for part in ([0, 2], [1]):
+        p, o = calibrate_streams(Q[part], K[part], V[part], cfg, loss_layers=3, **kw)
+        assert torch.equal(p, joint[part]) and torch.equal(o, out[part])
+
+
+def test_calibrated_outliers_reach_the_cache():
+    model = tiny_model()
+    ids = torch.randint(1, 64, (3, 24), generator=torch.Generator().manual_seed(16))
+    cfg = ADKVConfig(bits=2, n_outliers=2)
+    params = calibrate_adkv(model, [ids], cfg, steps=2, batch_size=3, n_query=8)
+    assert set(params[0]) == {"key", "value", "key_outliers", "value_outliers"}
+    assert params[1]["key_outliers"].shape == (2, 2)
+    cache = ADKVCache(model.config, cfg, params=params)
+    with torch.no_grad():
+        model(ids, cache=cache)
+    for i, layer in enumerate(cache.layers):
+        assert torch.equal(layer.outliers[0], params[i]["key_outliers"])
+        assert torch.equal(layer.outliers[1], params[i]["value_outliers"])
