@@ -506,7 +506,7 @@ def test_50_calibration_steps_reduce_attention_error_on_drift_streams():
             total += float((_attention(Q[i], *xs, 16) - ref).pow(2).mean() / ref.pow(2).mean())
         return total
 
-    assert err(params) < 0.9 * err(None)
+    assert err(params) < 0.6 * err(None)  # measured ~0.3x over seeds 15-17
 
 
 def test_calibration_of_layer_slices_reproduces_joint_run_bitwise():
