@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from neurips26.claims.base import AtMost, Better, Claim, SeedResult
+from neurips26.claims.plotting import pyplot, save_figure
 from neurips26.common.cache import cached_object
 from neurips26.common.threads import torch_threads
 from neurips26.optim.accelegrad_sharp import AcceleGrad, AcceleGradSharp, muon_with_adamw
@@ -390,13 +391,7 @@ def _run(config: dict[str, Any], seed: int) -> SeedResult:
 
 
 def plot(result: dict, folder: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    plt = pyplot()
     paths = []
     for name, arms in result.get("curves", {}).items():
         fig, ax = plt.subplots(figsize=(5, 3.5))
@@ -411,11 +406,7 @@ def plot(result: dict, folder: Path) -> list[Path]:
         ax.set_yscale("log")
         ax.set_title(name)
         ax.legend(fontsize=7)
-        path = folder / f"accelegrad_sharp_{name}.png"
-        fig.tight_layout()
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
-        paths.append(path)
+        paths.append(save_figure(fig, folder, f"accelegrad_sharp_{name}", dpi=100))
     return paths
 
 

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from neurips26.claims.base import Better, Claim, Exact, RatioAtLeast, SeedResult
+from neurips26.claims.plotting import pyplot, save_figure
 from neurips26.distributed.adera import (
     DEFAULT_CODECS,
     AdERAConfig,
@@ -403,13 +404,7 @@ def _run(config: dict, seed: int) -> SeedResult:
 
 
 def _plot(result: dict, folder: Any) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    plt = pyplot()
     paths = []
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
     for arm, runs in result["curves"]["loss"].items():
@@ -422,11 +417,7 @@ def _plot(result: dict, folder: Any) -> list[Path]:
         axes[2].plot(runs[0], label=arm, lw=1)
     axes[2].set(title="raw / wire bytes", xlabel="iteration")
     axes[2].legend()
-    fig.tight_layout()
-    path = folder / "adera_training.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    paths.append(path)
+    paths.append(save_figure(fig, folder, "adera_training", dpi=110))
     return paths
 
 

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from neurips26.claims.base import Better, Claim, RatioAtLeast, SeedResult, Within
+from neurips26.claims.plotting import pyplot, save_figure
 from neurips26.inference.adkv import ADKVCache, ADKVConfig, GroupwiseStaticCache, calibrate_adkv
 from neurips26.inference.quant import KIVICache
 
@@ -229,13 +230,7 @@ def _run(config: dict[str, Any], seed: int) -> SeedResult:
 
 def plot(result: dict, folder: Path) -> list[Path]:
     """Bar charts: exact match and metadata bytes per arm (mean over seeds)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    plt = pyplot()
     arms = [result["method"], *result["baselines"]]
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
     for ax, metric, log in ((axes[0], "exact_match", False), (axes[1], "metadata_bytes", True)):
@@ -245,11 +240,7 @@ def plot(result: dict, folder: Path) -> list[Path]:
         ax.set_title(metric)
         if log:
             ax.set_yscale("log")
-    fig.tight_layout()
-    path = folder / "adkv_accuracy_metadata.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return [path]
+    return [save_figure(fig, folder, "adkv_accuracy_metadata", dpi=110)]
 
 
 _COMMON = {"bits": 2, "kivi_residual": 32, "calib_lr": 2e-2, "bptt": 16, "n_query": 16, "threads": 2}

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from neurips26.claims.base import Better, Claim, SeedResult
+from neurips26.claims.plotting import pyplot, save_figure
 from neurips26.common.threads import torch_threads
 from neurips26.nn.ancre import ANCReConnector, ANCReSequential, parameter_overhead, uniform_dense_connector
 
@@ -173,13 +174,7 @@ def run(config: dict[str, Any], seed: int) -> SeedResult:
 
 
 def plot(result: dict, folder: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    plt = pyplot()
     paths = []
     for name, arms in result.get("curves", {}).items():
         fig, ax = plt.subplots(figsize=(5, 3.5))
@@ -188,11 +183,7 @@ def plot(result: dict, folder: Path) -> list[Path]:
         ax.set_yscale("log")
         ax.set_title(name)
         ax.legend()
-        path = folder / f"ancre_{name}.png"
-        fig.tight_layout()
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
-        paths.append(path)
+        paths.append(save_figure(fig, folder, f"ancre_{name}", dpi=100))
     for key in ("e1_learned_topology", "e2_learned_topology"):
         w = np.asarray(result["info"][0][key])
         fig, ax = plt.subplots(figsize=(4, 4))
@@ -200,11 +191,7 @@ def plot(result: dict, folder: Path) -> list[Path]:
         ax.set_xlabel("source state j")
         ax.set_ylabel("block k")
         ax.set_title(key)
-        path = folder / f"ancre_{key}.png"
-        fig.tight_layout()
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
-        paths.append(path)
+        paths.append(save_figure(fig, folder, f"ancre_{key}", dpi=100))
     return paths
 
 

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from neurips26.claims.base import AtMost, Better, Claim, SeedResult
+from neurips26.claims.plotting import pyplot, save_figure
 from neurips26.common.pde import generate, relative_l2
 from neurips26.common.threads import torch_threads
 from neurips26.nn.aot_pot import OperatorTransformer, ar_denoising_loss, composite_amax_gain, match_width
@@ -160,24 +161,14 @@ def _run(config: dict[str, Any], seed: int) -> SeedResult:
 
 
 def plot(result: dict, folder: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(5, 3.5))
     for arm, runs in result["curves"]["train_loss"].items():
         ax.plot(np.asarray(runs[0], dtype=float), label=arm)
     ax.set_yscale("log")
     ax.set_title("training relative L2 (seed 0)")
     ax.legend()
-    path = folder / "aot_pot_train_loss.png"
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    paths = [path]
+    paths = [save_figure(fig, folder, "aot_pot_train_loss", dpi=100)]
     per = result["info"][0]["per_family_one_step"]
     fams = list(next(iter(per.values())))
     fig, ax = plt.subplots(figsize=(6, 3.5))
@@ -188,11 +179,7 @@ def plot(result: dict, folder: Path) -> list[Path]:
     ax.set_xticklabels(fams)
     ax.set_ylabel("one-step relative L2")
     ax.legend()
-    path = folder / "aot_pot_per_family.png"
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    paths.append(path)
+    paths.append(save_figure(fig, folder, "aot_pot_per_family", dpi=100))
     return paths
 
 

@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from neurips26.claims.base import Better, Claim, SeedResult
+from neurips26.claims.plotting import pyplot, save_figure
 from neurips26.common.models import build_tiny_lm, count_parameters
 from neurips26.common.rollouts import mean_pass_at_k, sample, sample_groups, score_completions
 from neurips26.common.tasks import MiniCountdown
@@ -388,11 +389,7 @@ def _pretrained_timing() -> dict[str, Any]:
 
 
 def _plot(result: dict[str, Any], folder: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     paths = []
     for name in ("reward", "entropy", "clipfrac_reasoning"):
         arms = result.get("curves", {}).get(name, {})
@@ -409,11 +406,7 @@ def _plot(result: dict[str, Any], folder: Path) -> list[Path]:
         ax.set_xlabel("RL step")
         ax.set_ylabel(name)
         ax.legend(fontsize=7)
-        fig.tight_layout()
-        path = Path(folder) / f"archer_{name}.png"
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        paths.append(path)
+        paths.append(save_figure(fig, folder, f"archer_{name}", dpi=110))
     return paths
 
 

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from neurips26.claims.base import Better, Claim, SeedResult
+from neurips26.claims.plotting import pyplot, save_figure
 from neurips26.common.datasets import dirichlet_partition, iid_partition, load_digits, train_test_split
 from neurips26.common.threads import torch_threads
 from neurips26.federated.asap import make_attack, round_complexity, target_deviation
@@ -199,13 +200,7 @@ def _engine_check(config, seed, partitions, mal, holdout, test, warm) -> dict[st
 
 
 def _plot(result: dict[str, Any], folder: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    plt = pyplot()
     paths = []
     curves = result.get("curves", {})
     keys = [k for k in curves if "@clean" not in k]
@@ -224,11 +219,7 @@ def _plot(result: dict[str, Any], folder: Path) -> list[Path]:
         ax.set_xlabel("attacked round")
         ax.set_ylabel("test accuracy")
     axes.flat[0].legend(fontsize=7)
-    fig.tight_layout()
-    path = folder / "asap_traces.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    paths.append(path)
+    paths.append(save_figure(fig, folder, "asap_traces", dpi=110))
     return paths
 
 

@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from neurips26.claims.base import Better, Claim, SeedResult
+from neurips26.claims.plotting import pyplot, save_figure
 from neurips26.common.cache import cached_object
 from neurips26.common.datasets import dirichlet_partition, load_digits, train_test_split
 from neurips26.common.threads import torch_threads
@@ -182,13 +183,7 @@ def _engine_check(config, seed, partitions, test, init) -> dict[str, Any]:
 
 
 def _plot(result: dict[str, Any], folder: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    plt = pyplot()
     curves = result.get("curves", {})
     keys = [k for k in curves if k.startswith("accuracy vs time")]
     if not keys:
@@ -204,11 +199,7 @@ def _plot(result: dict[str, Any], folder: Path) -> list[Path]:
         ax.set_xlabel("simulated time")
         ax.set_ylabel("test accuracy")
     axes.flat[0].legend(fontsize=7)
-    fig.tight_layout()
-    path = folder / "fedrevive_accuracy_time.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return [path]
+    return [save_figure(fig, folder, "fedrevive_accuracy_time", dpi=110)]
 
 
 _COMMON = {"dirichlet_alpha": 0.3, "lr": 0.05, "central_epochs": 30}

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from neurips26.claims.base import Better, Claim, SeedResult
+from neurips26.claims.plotting import pyplot, save_figure
 from neurips26.common.graphs import csbm, edge_homophily, linear_probe, perturb_edges, random_splits
 from neurips26.common.threads import torch_threads
 from neurips26.graph.gcn_mlp import (
@@ -158,13 +159,7 @@ def _run_inner(cfg: dict, seed: int) -> SeedResult:
 
 
 def _plot(result: dict, folder: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    plt = pyplot()
     rows: dict[float, dict[str, list[float]]] = {}
     for seed_info in result.get("info", []):
         for row in seed_info.get("per_graph", []):
@@ -187,11 +182,7 @@ def _plot(result: dict, folder: Path) -> list[Path]:
     ax[1].set_xlabel("seconds per epoch")
     ax[1].set_ylabel("training-step memory (MB)")
     ax[1].legend(fontsize=7)
-    fig.tight_layout()
-    path = folder / "gcn_mlp_accuracy_efficiency.png"
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return [path]
+    return [save_figure(fig, folder, "gcn_mlp_accuracy_efficiency", dpi=100)]
 
 
 _COMMON = {"num_classes": 5, "feature_dim": 100, "mu": 1.75, "avg_degree": 10.0, "lr": 1e-3}

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from neurips26.claims.base import AtLeast, Better, Claim, Exact, SeedResult, Within
+from neurips26.claims.plotting import pyplot, save_figure
 from neurips26.common.graphs import csbm
 from neurips26.common.threads import torch_threads
 from neurips26.graph.invgnn_wm import (
@@ -249,13 +250,7 @@ def _run_inner(cfg: dict[str, Any], seed: int) -> SeedResult:
 
 
 def _plot(result: dict[str, Any], folder: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    plt = pyplot()
     paths = []
     curves = result.get("curves", {})
     if "acc_vs_prune" in curves:
@@ -268,11 +263,7 @@ def _plot(result: dict[str, Any], folder: Path) -> list[Path]:
         ax.set_ylabel("bit / trigger accuracy")
         ax.set_title("InvGNN-WM vs backdoor under pruning")
         ax.legend()
-        fig.tight_layout()
-        path = folder / "invgnn_wm_prune.png"
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
-        paths.append(path)
+        paths.append(save_figure(fig, folder, "invgnn_wm_prune", dpi=120))
     infos = result.get("info", [])
     if infos and "null_matches" in infos[0]:
         fig, ax = plt.subplots(figsize=(5, 3.5))
@@ -285,11 +276,7 @@ def _plot(result: dict[str, Any], folder: Path) -> list[Path]:
         ax.axvline(tau, color="k", ls="--", label="binomial tau/K")
         ax.set_xlabel("InvGNN-WM bit accuracy")
         ax.legend()
-        fig.tight_layout()
-        path = folder / "invgnn_wm_null.png"
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
-        paths.append(path)
+        paths.append(save_figure(fig, folder, "invgnn_wm_null", dpi=120))
     return paths
 
 

@@ -16,6 +16,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from neurips26.claims.plotting import pyplot, save_figure
 from neurips26.common.cache import atomic_write_text
 
 GENERIC_GLOSSARY = {
@@ -108,13 +109,7 @@ SUMMARY_HEADER = [
 
 def default_plots(result: dict[str, Any], folder: Path) -> list[Path]:
     """One bar chart (mean +- std over seeds, per arm) per metric and one line plot per curve."""
-    os.environ.setdefault("MPLBACKEND", "Agg")
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    folder.mkdir(parents=True, exist_ok=True)
+    plt = pyplot()
     paths = []
     metrics = result.get("metrics", {})
     if metrics:
@@ -132,11 +127,7 @@ def default_plots(result: dict[str, Any], folder: Path) -> list[Path]:
             )
             ax.set_xticks(range(len(labels)), labels, rotation=30, ha="right", fontsize=7)
             ax.set_title(name, fontsize=8)
-        fig.tight_layout()
-        path = folder / f"{result['slug']}_metrics.png"
-        fig.savefig(path, dpi=90)
-        plt.close(fig)
-        paths.append(path)
+        paths.append(save_figure(fig, folder, f"{result['slug']}_metrics", dpi=90))
     for name, arms in result.get("curves", {}).items():
         fig, ax = plt.subplots(figsize=(4.5, 3))
         for arm, runs in arms.items():
@@ -147,12 +138,8 @@ def default_plots(result: dict[str, Any], folder: Path) -> list[Path]:
             ax.plot(range(length), means, label=arm, lw=2 if arm == result["method"] else 1)
         ax.set_title(name, fontsize=9)
         ax.legend(fontsize=7)
-        fig.tight_layout()
         safe = "".join(ch if ch.isalnum() else "_" for ch in name)
-        path = folder / f"{result['slug']}_curve_{safe}.png"
-        fig.savefig(path, dpi=90)
-        plt.close(fig)
-        paths.append(path)
+        paths.append(save_figure(fig, folder, f"{result['slug']}_curve_{safe}", dpi=90))
     return paths
 
 

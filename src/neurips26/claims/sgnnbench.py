@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from neurips26.claims.base import AtLeast, AtMost, Better, Claim, SeedResult
+from neurips26.claims.plotting import pyplot, save_figure
 from neurips26.common.graphs import csbm
 from neurips26.common.threads import torch_threads
 from neurips26.graph.sgnnbench import (
@@ -155,13 +156,7 @@ def _run_inner(cfg: dict, seed: int) -> SeedResult:
 
 
 def _plot(result: dict, folder: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
+    plt = pyplot()
     acc = result["metrics"]["acc_h09"]
     energy = result["metrics"]["energy_uj"]
     share = result["metrics"]["float_share"]
@@ -174,11 +169,7 @@ def _plot(result: dict, folder: Path) -> list[Path]:
     ax[0].legend(fontsize=8)
     ax[1].bar(list(share), [np.mean(share[a]) for a in share])
     ax[1].set_ylabel("float_share (real-valued op energy / total)")
-    fig.tight_layout()
-    path = folder / "sgnnbench_accuracy_energy.png"
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return [path]
+    return [save_figure(fig, folder, "sgnnbench_accuracy_energy", dpi=100)]
 
 
 _COMMON = {"mu": 1.0, "lr": 1e-2, "weight_decay": 1e-4, "T": 5}
