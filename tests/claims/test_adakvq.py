@@ -42,5 +42,6 @@ def test_adakvq_smoke(tmp_path):
     assert sum(ext["online_bits_histogram"].values()) > 0
     assert len(info["aad_mean_by_layer"]) == 3 and all(0 <= v <= 1 for v in info["aad_mean_by_layer"])
     assert sum(info["base_bits"]) / 3 <= 2.5
+    assert [p.name for p in CLAIM.plot(res, tmp_path / "plots")] == ["adakvq_aad_profile.png"]
     again = run_claim("adakvq", "smoke", out=tmp_path / "again", force=True)
     assert again["metrics"] == res["metrics"]

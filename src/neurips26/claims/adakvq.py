@@ -356,7 +356,10 @@ def _run_threads(config: dict[str, Any], seed: int) -> SeedResult:
     curves = {
         "aad_mean_by_layer": {METHOD: info["aad_mean_by_layer"]},
         "aad_std_by_layer": {METHOD: info["aad_std_by_layer"]},
-        "base_bits_by_layer": {METHOD: [float(b) for b in base_bits]},
+        "base_bits_by_layer": {
+            METHOD: [float(b) for b in base_bits],
+            "adakvq_extreme": [float(b) for b in base_bits_extreme],
+        },
     }
     return SeedResult(metrics=metrics, curves=curves, info=info)
 
@@ -383,7 +386,13 @@ def plot(result: dict, folder: Path) -> list[Path]:
     ax.set_xlabel("layer")
     ax.set_ylabel("normalised AAD")
     ax2 = ax.twinx()
-    ax2.step(layers, bits, where="mid", color="tab:red", alpha=0.6, label="static bits")
+    ax2.step(layers, bits, where="mid", color="tab:red", alpha=0.6, label="static bits, B={2,3,4}")
+    extreme = result["curves"]["base_bits_by_layer"].get("adakvq_extreme")
+    if extreme:
+        ax2.step(
+            layers, extreme[0], where="mid", color="tab:green", alpha=0.6, label="static bits, B={1,2,4}"
+        )
+    ax2.legend(loc="lower right", fontsize=7)
     ax2.set_ylabel("bits")
     ax.set_title("AdaKVQ: per-layer Average Attention Distance and bit allocation")
     fig.tight_layout()
