@@ -34,6 +34,8 @@ of ``G_v`` channels, ``vbits``), plus the full-precision residual (:func:`adakvq
 
 AAD is measured by an attention function registered with ``transformers.AttentionInterface`` that
 runs SDPA and additionally scores the last ``n_probe`` queries (``O(n_probe * T * d)`` extra work).
+Calibration is data-parallel: :func:`all_reduce_profile` sums every rank's per-layer (count, sum, sum
+of squares) of nAAD with ``torch.distributed.all_reduce``.
 """
 
 from __future__ import annotations
