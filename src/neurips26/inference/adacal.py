@@ -65,6 +65,13 @@ Usage
 >>> with task("retrieval"):  # doctest: +SKIP
 ...     out = model.generate(**inputs, max_new_tokens=8)
 >>> last_stats()["density"]  # doctest: +SKIP
+
+Calibrating ``(theta_mid, gamma)`` per task on labelled prompts ``[(input_ids, answer_ids), ...]``
+under a density cap, then using the tuned table (``backend="flex"`` runs ``flex_attention``):
+
+>>> pols = calibrate_policies_on_model(model, {"retrieval": examples}, (0.1, 0.25), (0.85, 0.95),
+...                                    density_cap=0.5, config=cfg)  # doctest: +SKIP
+>>> cfg = dataclasses.replace(cfg, policies=pols, backend="flex")  # doctest: +SKIP
 """
 
 from __future__ import annotations
