@@ -689,12 +689,12 @@ class ADKVLayer(BaseQuantizedLayer):
         """Quantiser of the ADKV-coded channels; ``outliers: Long[S, H, n]`` or ``None`` (no outliers)."""
         d = self.head_dim
         streams = [self.key_params] + ([self.value_params] if self.config.value_mode == "adkv" else [])
-        params = torch.stack(streams).unsqueeze(1)  # [S, 1, H, 3, D]
+        params = torch.stack(streams).unsqueeze(1).to(self.device)  # [S, 1, H, 3, D]
         if outliers is None:
             self.sq = ADKVQuantizer(d, self.config, params)
             return
         width = index_bits(d)
-        self.outlier_index_codes = _pack_indices(outliers, width)
+        self.outlier_index_codes = _pack_indices(outliers.to(self.device), width)
         self.outliers = _unpack_indices(self.outlier_index_codes, width, outliers.shape).to(params.device)
         self._normal = _complement(self.outliers, d)
         s, h, m = self._normal.shape
