@@ -6,6 +6,8 @@ import math
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
 
 from neurips26.inference.adkv import (
@@ -15,6 +17,8 @@ from neurips26.inference.adkv import (
     ADKVQuantizer,
     GroupwiseStaticCache,
     _attention,
+    _pack_indices,
+    _unpack_indices,
     adkv_memory_formula,
     calibrate_adkv,
     calibrate_streams,
@@ -328,6 +332,39 @@ def test_checkpointed_decode_is_bit_identical(every):
     if n_ck:
         with pytest.raises(ValueError, match="checkpoints"):
             q.decode(codes, 203, s0, e2.checkpoints[..., :-1, :, :] if n_ck > 0 else None)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    T=st.integers(1, 70),
+    every=st.integers(1, 40),
+    split=st.integers(0, 70),
+    bits=st.sampled_from([1, 2, 4]),
+    seed=st.integers(0, 10_000),
+)
+def test_checkpoints_property_any_length_split_and_period(T, every, split, bits, seed):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(2, T, 3, generator=g).cumsum(-2)
+    q = ADKVQuantizer(3, ADKVConfig(bits=bits, checkpoint_every=every))
+    s0 = q.init_state(x[..., :16, :])
+    split = min(split, T)
+    c1, e1 = q.encode(x[..., :split, :], s0)
+    c2, e2 = q.encode(x[..., split:, :], e1)
+    assert e2.t == T and (0 if e2.checkpoints is None else e2.checkpoints.shape[-3]) == (T - 1) // every
+    codes = torch.cat([c1, c2], -2)
+    assert torch.equal(q.decode(codes, T, s0, e2.checkpoints), q.decode(codes, T, s0))
+
+
+@settings(max_examples=25, deadline=None)
+@given(head_dim=st.integers(2, 600), heads=st.integers(1, 4), data=st.data())
+def test_outlier_index_packing_roundtrip(head_dim, heads, data):
+    n = data.draw(st.integers(1, min(head_dim - 1, 5)))
+    idx = torch.stack([torch.randperm(head_dim)[:n] for _ in range(heads)])
+    w = index_bits(head_dim)
+    assert 2 ** (w - 1) < head_dim <= 2**w or head_dim == 1
+    packed = _pack_indices(idx, w)
+    assert packed.dtype == torch.uint8 and packed.numel() == math.ceil(heads * n * w / 8)
+    assert torch.equal(_unpack_indices(packed, w, idx.shape), idx)
 
 
 @pytest.mark.parametrize(
