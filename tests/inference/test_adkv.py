@@ -570,3 +570,14 @@ def test_calibrated_outliers_reach_the_cache():
     for i, layer in enumerate(cache.layers):
         assert torch.equal(layer.outliers[0], params[i]["key_outliers"])
         assert torch.equal(layer.outliers[1], params[i]["value_outliers"])
+
+
+@pytest.mark.parametrize("n_out, every", [(0, None), (1, None), (2, 5)])
+def test_head_by_head_decode_equals_one_batched_replay_bitwise(n_out, every):
+    k, v = _outlier_states(seed=21)
+    layer = ADKVLayer(ADKVConfig(bits=2, n_outliers=n_out, checkpoint_every=every))
+    layer.update(k, v)
+    q = torch.stack([layer._unpack(layer.key_codes), layer._unpack(layer.value_codes)])
+    st = layer.stream_state
+    batched = layer.sq._replay(q, st, layer.sq.params, st.checkpoints)
+    assert torch.equal(layer._decode_by_head(q, st), batched)

@@ -809,13 +809,30 @@ class ADKVLayer(BaseQuantizedLayer):
             q = torch.stack([self._unpack(self.key_codes), self._unpack(self.value_codes)])
         else:
             q = self._unpack(self.key_codes).unsqueeze(0)
-        xh = self.sq.decode_codes(q, st, st.checkpoints)
+        xh = self._decode_by_head(q, st)
         xo = self._outlier_stack()
         xh = self._merge_channels(xh, xo).to(self.dtype)
         if self.config.value_mode == "adkv":
             return xh[0], xh[1]
         v = torch.cat([b.dequantize() for b in self.value_blocks], dim=-2)
         return xh[0], v
+
+    def _decode_by_head(self, q: torch.Tensor, st: ADKVState) -> torch.Tensor:
+        """Replay ``q: uint8 [S, B, H, T, D']`` one (stream, KV head) at a time (float64 result).
+
+        The recurrence is independent per channel, so slicing the leading dimensions gives exactly
+        the values of one batched replay while bounding the float64 scan temporaries to one head's
+        ``[B, T, D']`` instead of the whole layer's (peak decode memory).
+        """
+        params = self.sq.params  # [S, 1, H, 3, D']
+        out = torch.empty(q.shape, dtype=torch.float64, device=q.device)
+        for i in range(q.shape[0]):
+            stream = st.select(i)
+            for h in range(q.shape[2]):
+                head = stream._fields(lambda v, h=h: v[:, h : h + 1])
+                p = params[i, :, h : h + 1] if params.shape[2] > 1 else params[i]
+                out[i, :, h : h + 1] = self.sq._replay(q[i, :, h : h + 1], head, p, head.checkpoints)
+        return out
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         """Append ``[batch, kv_heads, new, head_dim]`` states; return the whole sequence's states.
