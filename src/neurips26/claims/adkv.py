@@ -24,7 +24,7 @@ from neurips26.inference.adkv import ADKVCache, ADKVConfig, GroupwiseStaticCache
 from neurips26.inference.quant import KIVICache
 
 METHOD = "adkv"
-BASELINES = ("adkv_uncalibrated", "static_g32", "static_g128", "kivi", "full")
+BASELINES = ("adkv_uncalibrated", "adkv_outliers", "static_g32", "static_g128", "kivi", "full")
 
 
 # ---------------------------------------------------------------------------------------- models
@@ -89,14 +89,27 @@ def _calib_batches(tok, model, config: dict, seed: int) -> list[torch.Tensor]:
 
 # ------------------------------------------------------------------------------------- protocol
 def make_caches(
-    model_config, adkv_params, bits: int, kivi_residual: int, keep: bool = True
+    model_config,
+    adkv_params,
+    bits: int,
+    kivi_residual: int,
+    keep: bool = True,
+    outlier_params: dict | None = None,
+    n_outliers: int = 2,
 ) -> dict[str, Any]:
-    """One fresh cache per arm (``None`` = full-precision DynamicCache)."""
+    """One fresh cache per arm (``full`` = full-precision DynamicCache).
+
+    ``adkv_outliers`` keeps ``n_outliers`` channels per KV head and stream in fp16 (indices and
+    parameters from ``outlier_params``, its own calibration).
+    """
     from transformers import DynamicCache
 
     return {
         "adkv": ADKVCache(model_config, ADKVConfig(bits=bits), params=adkv_params),
         "adkv_uncalibrated": ADKVCache(model_config, ADKVConfig(bits=bits)),
+        "adkv_outliers": ADKVCache(
+            model_config, ADKVConfig(bits=bits, n_outliers=n_outliers), params=outlier_params
+        ),
         "static_g32": GroupwiseStaticCache(model_config, bits=bits, group_size=32, keep_dequantized=keep),
         "static_g128": GroupwiseStaticCache(model_config, bits=bits, group_size=128, keep_dequantized=keep),
         "kivi": KIVICache(
@@ -152,12 +165,22 @@ def evaluate_item(model, item: dict[str, Any], caches: dict[str, Any]) -> dict[s
     return out
 
 
-def _decode_benchmark(model, adkv_params, bits: int, contexts: tuple[int, ...], steps: int) -> dict[str, Any]:
+def _decode_benchmark(
+    model, adkv_params, outlier_params, config: dict[str, Any], contexts: tuple[int, ...], steps: int
+) -> dict[str, Any]:
     """Decode-step latency, stored bytes and peak memory of each cache vs DynamicCache (one run)."""
     from neurips26.inference.benchmark import decode_benchmark
 
     def caches() -> dict[str, Any]:
-        arms = make_caches(model.config, adkv_params, bits, 32, keep=False)
+        arms = make_caches(
+            model.config,
+            adkv_params,
+            config["bits"],
+            32,
+            keep=False,
+            outlier_params=outlier_params,
+            n_outliers=config["outlier_channels"],
+        )
         arms.pop("adkv_uncalibrated")
         return arms
 
@@ -177,21 +200,30 @@ def _run(config: dict[str, Any], seed: int) -> SeedResult:
     load_s = time.perf_counter() - start
     bits = config["bits"]
     calib_start = time.perf_counter()
-    params = calibrate_adkv(
-        model,
-        _calib_batches(tok, model, config, seed),
-        ADKVConfig(bits=bits),
-        steps=config["calib_steps"],
-        lr=config["calib_lr"],
-        bptt=config["bptt"],
-        batch_size=config["calib_seqs"],
-        n_query=config["n_query"],
-        seed=seed,
-    )
+    batches = _calib_batches(tok, model, config, seed)
+    calib = {
+        "steps": config["calib_steps"],
+        "lr": config["calib_lr"],
+        "bptt": config["bptt"],
+        "batch_size": config["calib_seqs"],
+        "n_query": config["n_query"],
+        "seed": seed,
+    }
+    params = calibrate_adkv(model, batches, ADKVConfig(bits=bits), **calib)
     calib_s = time.perf_counter() - calib_start
+    outlier_params = calibrate_adkv(
+        model, batches, ADKVConfig(bits=bits, n_outliers=config["outlier_channels"]), **calib
+    )
     rows = []
     for item in items:
-        caches = make_caches(model.config, params, bits, config["kivi_residual"])
+        caches = make_caches(
+            model.config,
+            params,
+            bits,
+            config["kivi_residual"],
+            outlier_params=outlier_params,
+            n_outliers=config["outlier_channels"],
+        )
         rows.append(evaluate_item(model, item, caches))
     arms = (METHOD, *BASELINES)
     mean = lambda arm, key: sum(r[arm][key] for r in rows) / len(rows)  # noqa: E731
@@ -223,7 +255,7 @@ def _run(config: dict[str, Any], seed: int) -> SeedResult:
     }
     if config.get("benchmark") and seed == 0:
         info["decode_benchmark"] = _decode_benchmark(
-            model, params, bits, tuple(config["bench_contexts"]), config["bench_steps"]
+            model, params, outlier_params, config, tuple(config["bench_contexts"]), config["bench_steps"]
         )
     return SeedResult(metrics=metrics, info=info)
 
@@ -243,7 +275,15 @@ def plot(result: dict, folder: Path) -> list[Path]:
     return [save_figure(fig, folder, "adkv_accuracy_metadata", dpi=110)]
 
 
-_COMMON = {"bits": 2, "kivi_residual": 32, "calib_lr": 2e-2, "bptt": 16, "n_query": 16, "threads": 2}
+_COMMON = {
+    "bits": 2,
+    "kivi_residual": 32,
+    "calib_lr": 2e-2,
+    "bptt": 16,
+    "n_query": 16,
+    "threads": 2,
+    "outlier_channels": 2,
+}
 
 CLAIM = Claim(
     slug="adkv",
@@ -290,9 +330,9 @@ CLAIM = Claim(
             "n_prompts": 3,
             "context": 1024,
             "tail": 24,
-            "calib_seqs": 4,
+            "calib_seqs": 8,
             "calib_len": 32,
-            "calib_steps": 12,
+            "calib_steps": 100,
             "benchmark": True,
             "bench_contexts": [1024, 2048],
             "bench_steps": 2,
@@ -305,11 +345,21 @@ CLAIM = Claim(
         "parallel-scan decoder (cumsum/cummax) bit-identical to the sequential encoder; bit-packed codes; "
         "SGD calibration of (eta_z, eta_s, gamma) per layer/head/channel as an RNN with straight-through "
         "rounding on attention-output relative MSE (q/k/v recorded via a registered AttentionInterface "
-        "function); ADKVCache/GroupwiseStaticCache/KIVICache as transformers Cache containers."
+        "function); optional fp16 outlier channels per KV head (indices chosen by mean square at "
+        "calibration, bit-packed as metadata) and exact float64 decoder-state checkpoints for chunk-parallel "
+        "replay; multi-process per-layer calibration; ADKVCache/GroupwiseStaticCache/KIVICache as "
+        "transformers Cache containers. Decode replays one (stream, KV head) at a time to bound the float64 "
+        "scan temporaries. The decode benchmark reports latency, stored bytes and profiler-measured peak "
+        "memory against DynamicCache at 1K and 2K context."
     ),
     differences=(
         "Abstract-only paper: the exact update equations, the calibration objective details and the "
-        "outlier handling are inferred (outlier channels and decoder checkpoints not implemented). The "
+        "outlier handling are inferred. The arm adkv_outliers (2 fp16 outlier channels per KV head and "
+        "stream, its own calibration) is a reported ablation added after the first full run, without "
+        "criteria; decoder checkpoints do not change any output (bit-identical by construction) and are "
+        "not an arm. Full-profile calibration: 100 SGD steps on 8 sequences of 32 tokens (spec: 200 steps; "
+        "halved to fit two calibrations per seed in the 10-minute budget; the first full run used 12 steps "
+        "on 4 sequences). The "
         "step update is the multiplicative (Jayant) form of the EMA-magnitude rule. SmolLM2-135M instead "
         "of Llama-scale models; 2-bit codes; a handful of 1K-token retrieval prompts per seed instead of "
         "LongBench/generation suites; the prefill pass attends in full precision in every cache (KIVI "
