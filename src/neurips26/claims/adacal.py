@@ -456,7 +456,7 @@ CLAIM = Claim(
             "calib_lengths": (384,),
             "calib_n": 1,
             "calib_grid_theta_mid": (0.1, 0.25),
-            "calib_grid_gamma": (0.85, 0.95),
+            "calib_grid_gamma": (0.9,),  # quick: 60 s budget; full searches gamma too
             "calib_density_cap": 0.6,
         },
         "full": {
