@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
+from transformers import DynamicCache
 
+from neurips26.common.models import build_tiny_lm
 from neurips26.inference.benchmark import (
     cache_tensor_bytes,
     decode_benchmark,
@@ -16,17 +17,18 @@ from neurips26.inference.quant import KIVICache
 
 
 def tiny_model(layers: int = 2):
-    cfg = LlamaConfig(
+    """Tiny Llama: 4 query heads, 2 KV heads, head_dim 16."""
+    return build_tiny_lm(
+        "llama",
         vocab_size=64,
+        seed=0,
         hidden_size=64,
         intermediate_size=96,
         num_hidden_layers=layers,
         num_attention_heads=4,
         num_key_value_heads=2,
         max_position_embeddings=512,
-    )
-    torch.manual_seed(0)
-    return LlamaForCausalLM(cfg).eval()
+    ).eval()
 
 
 def test_cache_tensor_bytes_counts_shared_storage_once():
