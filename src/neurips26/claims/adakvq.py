@@ -303,8 +303,9 @@ def _run_threads(config: dict[str, Any], seed: int) -> SeedResult:
     generated = [it for it in items if it["kind"] == "arithmetic"] or items[:1]
     online_bits: dict[str, list[str]] = {arm: [] for arm in ONLINE_ARMS}
     try:
-        for item in items:
-            caches = make_caches(
+
+        def new_caches() -> dict[str, Any]:
+            return make_caches(
                 model.config,
                 quant,
                 profile,
@@ -312,17 +313,14 @@ def _run_threads(config: dict[str, Any], seed: int) -> SeedResult:
                 extreme=extreme,
                 extreme_key_bonus=config["extreme_key_bonus"],
             )
+
+        for item in items:
+            caches = new_caches()
             rows.append(evaluate_item(model, item, caches, tracker, config["chunk"]))
             if any(item is g for g in generated):
-                fresh = make_caches(
-                    model.config,
-                    quant,
-                    profile,
-                    tracker,
-                    extreme=extreme,
-                    extreme_key_bonus=config["extreme_key_bonus"],
+                gen_rows.append(
+                    generate_item(model, tok, item, new_caches(), tracker, config["gen_max_new_tokens"])
                 )
-                gen_rows.append(generate_item(model, tok, item, fresh, tracker, config["gen_max_new_tokens"]))
             for arm in ONLINE_ARMS:
                 online_bits[arm] += [
                     f"K{k}V{v}" if k != v else str(v) for *_, k, v in caches[arm].kv_bits_log()

@@ -679,18 +679,6 @@ class AdaKVQLayer(KIVILayer):
         n = 2 * self.keys.shape[0] * self.keys.shape[1] * self.group_size * self.keys.shape[-1]
         return self.controller.choose_kv(self.layer_idx, n, len(self.block_bits))
 
-    def _flush_block(self, k: torch.Tensor, v: torch.Tensor) -> None:
-        kbits, vbits = self._next_block_kv_bits()
-        kq = self._quantize(k, axis=-2, bits=kbits, group_size=self.group_size)
-        vq = self._quantize(v, axis=-1, bits=vbits, group_size=self.value_group_size)
-        self.key_blocks.append(kq)
-        self.value_blocks.append(vq)
-        self.block_bits.append(vbits)
-        if self.keep_dequantized:
-            kd, vd = kq.dequantize(), vq.dequantize()
-            self._deq_keys = kd if self._deq_keys is None else torch.cat([self._deq_keys, kd], dim=-2)
-            self._deq_values = vd if self._deq_values is None else torch.cat([self._deq_values, vd], dim=-2)
-
     def crop(self, tokens_to_remove: int) -> None:
         before = list(zip(self.key_blocks, self.value_blocks))
         super().crop(tokens_to_remove)

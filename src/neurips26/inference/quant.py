@@ -467,13 +467,19 @@ class KIVILayer(BaseQuantizedLayer):
         """Bit-width of the block about to be flushed (hook for mixed-precision subclasses)."""
         return self.nbits
 
-    def _flush_block(self, k: torch.Tensor, v: torch.Tensor) -> None:
+    def _next_block_kv_bits(self) -> tuple[int, int]:
+        """``(key bits, value bits)`` of the block about to be flushed; both :meth:`_next_block_bits`
+        unless a subclass allocates keys and values separately."""
         bits = self._next_block_bits()
-        kq = self._quantize(k, axis=-2, bits=bits, group_size=self.group_size)
-        vq = self._quantize(v, axis=-1, bits=bits, group_size=self.value_group_size)
+        return bits, bits
+
+    def _flush_block(self, k: torch.Tensor, v: torch.Tensor) -> None:
+        kbits, vbits = self._next_block_kv_bits()
+        kq = self._quantize(k, axis=-2, bits=kbits, group_size=self.group_size)
+        vq = self._quantize(v, axis=-1, bits=vbits, group_size=self.value_group_size)
         self.key_blocks.append(kq)
         self.value_blocks.append(vq)
-        self.block_bits.append(bits)
+        self.block_bits.append(vbits)
         if self.keep_dequantized:
             kd, vd = kq.dequantize(), vq.dequantize()
             self._deq_keys = kd if self._deq_keys is None else torch.cat([self._deq_keys, kd], dim=-2)
