@@ -128,3 +128,25 @@ def test_ray_executor_matches_local(tmp_path):
     finally:
         ray.shutdown()
     assert distributed["metrics"] == local["metrics"]
+
+
+def test_git_dirty_flag_ignores_written_results(tmp_path):
+    import subprocess
+
+    from neurips26.claims.runner import _git_commit
+
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "a.json").write_text("{}")
+    git("add", "code.py", "results/a.json")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init")
+    clean = _git_commit(tmp_path)
+    assert len(clean["commit"]) == 40 and clean["dirty"] is False
+    (tmp_path / "results" / "a.json").write_text('{"new": 1}')
+    assert _git_commit(tmp_path)["dirty"] is False
+    (tmp_path / "code.py").write_text("x = 2\n")
+    assert _git_commit(tmp_path)["dirty"] is True

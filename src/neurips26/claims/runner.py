@@ -54,14 +54,16 @@ def default_out() -> Path:
     return Path(os.environ.get("NEURIPS26_RESULTS", "results"))
 
 
-def _git_commit() -> dict[str, Any]:
-    root = Path(__file__).resolve().parents[3]
+def _git_commit(root: Path | None = None) -> dict[str, Any]:
+    """HEAD of the checkout at ``root`` (default: this package's) and whether its tracked files differ,
+    ignoring ``results/`` (rewritten by the runs themselves)."""
+    root = Path(__file__).resolve().parents[3] if root is None else Path(root)
     try:
         commit = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10
         ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
+        dirty = subprocess.run(  # results/ is what the runs write: not a change of the code that ran
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results"],
             cwd=root,
             capture_output=True,
             text=True,
