@@ -10,7 +10,6 @@ from neurips26.common.models import build_tiny_lm
 from neurips26.inference.benchmark import (
     cache_tensor_bytes,
     decode_benchmark,
-    peak_allocated_bytes,
     random_kv_states,
 )
 from neurips26.inference.quant import KIVICache
@@ -45,23 +44,6 @@ def test_cache_tensor_bytes_of_dynamic_cache_equals_keys_plus_values():
     expected = sum(layer.keys.nbytes + layer.values.nbytes for layer in cache.layers)
     assert expected == 2 * 2 * (1 * 2 * 7 * 16) * 4
     assert cache_tensor_bytes(cache) == expected
-
-
-def test_peak_allocated_bytes_tracks_transient_allocations():
-    def work():
-        a = torch.empty(1000)  # 4000 bytes
-        b = torch.empty(500)  # + 2000 -> 6000 live
-        del a
-        c = torch.empty(250)  # 3000 live
-        return b, c
-
-    assert peak_allocated_bytes(work) == 6000
-    assert peak_allocated_bytes(lambda: None) == 0
-
-
-def test_peak_allocated_bytes_rejects_non_callables():
-    with pytest.raises(TypeError, match="fn must be callable"):
-        peak_allocated_bytes(3)
 
 
 def test_random_kv_states_are_seeded_and_shaped():

@@ -467,7 +467,7 @@ CLAIM = Claim(
             **_COMMON,
             "model": "smollm2-135m",
             "n_prompts": 3,
-            "context": 512,
+            "context": 384,
             "tail": 24,
             "chunk": 128,
             "group_size": 32,
@@ -475,7 +475,7 @@ CLAIM = Claim(
             "calib_prompts": 2,
             "calib_new_tokens": 8,
             "shots": 12,
-            "gen_max_new_tokens": 12,
+            "gen_max_new_tokens": 8,
         },
         "full": {
             **_COMMON,

@@ -17,6 +17,7 @@ import torch
 from neurips26.claims.base import AtLeast, Better, Claim, Exact, SeedResult, Within
 from neurips26.claims.plotting import pyplot, save_figure
 from neurips26.common.graphs import csbm
+from neurips26.common.profiling import peak_allocated_bytes
 from neurips26.common.threads import torch_threads
 from neurips26.graph.invgnn_wm import (
     BackdoorWatermark,
@@ -38,17 +39,8 @@ CRITERION_ATTACKS = ("none", "prune60", "finetune", "int8", "int4", "kd", "kdwm"
 
 
 def _peak_step_memory(step) -> float:
-    """Peak bytes of live CPU tensor memory during one call of ``step`` (torch.profiler timeline)."""
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        step()
-    events = sorted(prof.events(), key=lambda e: e.time_range.start)
-    cur = peak = 0
-    for e in events:
-        cur += e.self_cpu_memory_usage
-        peak = max(peak, cur)
-    return float(peak)
+    """Peak bytes of live CPU tensor memory during one call of ``step`` (profiler allocator events)."""
+    return float(peak_allocated_bytes(step))
 
 
 def _one_step(model, data, watermark):

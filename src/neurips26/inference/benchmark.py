@@ -26,15 +26,15 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
 import statistics
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
 
 from neurips26.common.checks import check_int
+from neurips26.common.profiling import peak_allocated_bytes
 
 __all__ = ["cache_tensor_bytes", "decode_benchmark", "peak_allocated_bytes", "random_kv_states"]
 
@@ -76,75 +76,6 @@ def cache_tensor_bytes(obj: Any) -> int:
         elif hasattr(item, "__dict__") and not isinstance(item, type):
             stack.extend(vars(item).values())
     return sum(seen_storages.values())
-
-
-@contextlib.contextmanager
-def _silence_fd2() -> Iterator[None]:
-    """Redirect the process's stderr file descriptor (kineto prints start/stop lines there)."""
-    saved = os.dup(2)
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, 2)
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(devnull)
-
-
-def peak_allocated_bytes(fn: Callable[[], Any], setup: Callable[[], Any] | None = None) -> int:
-    """Peak live bytes allocated on CPU while ``fn()`` runs, counted from before ``setup()``.
-
-    Both calls run under the PyTorch profiler with ``profile_memory=True``. The live-bytes curve is
-    the running sum of the allocator events (allocations positive, frees negative) from the start of
-    the profile, so whatever ``setup`` allocates and keeps (a filled cache) is part of the level that
-    ``fn``'s transient allocations add to. Memory allocated before the profile is invisible, and so
-    are its frees: build everything whose frees matter inside ``setup``.
-
-    Parameters
-    ----------
-    fn : callable
-        The measured call (no arguments).
-    setup : callable, optional
-        Called first (no arguments); its return value is passed to nothing and kept alive until
-        ``fn`` returns.
-
-    Returns
-    -------
-    int
-        ``max`` of the live-bytes curve over the events of ``fn`` (and its level when ``fn`` starts).
-    """
-    if not callable(fn):
-        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
-    if setup is not None and not callable(setup):
-        raise TypeError(f"setup must be callable or None, got {type(setup).__name__}")
-    from torch.profiler import ProfilerActivity, profile, record_function
-
-    prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
-    with _silence_fd2():
-        prof.start()
-    try:
-        kept = setup() if setup is not None else None
-        with record_function(_MEASURED):
-            fn()
-        del kept
-    finally:
-        with _silence_fd2():
-            prof.stop()
-    events = prof.profiler.kineto_results.events()
-    window = next(e for e in events if e.name() == _MEASURED)
-    start, end = window.start_ns(), window.start_ns() + window.duration_ns()
-    memory = sorted((e.start_ns(), e.nbytes()) for e in events if e.name() == "[memory]")
-    live = sum(n for t, n in memory if t < start)
-    peak = live
-    for t, nbytes in memory:
-        if start <= t <= end:
-            live += nbytes
-            peak = max(peak, live)
-    return max(peak, 0)
-
-
-_MEASURED = "neurips26::measured"
 
 
 def _head_dim(config: Any) -> int:
