@@ -4,24 +4,23 @@ sequential (single-process) calibration exactly with fixed seeds (layers do not 
 from __future__ import annotations
 
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
 
+from neurips26.common.models import build_tiny_lm
 from neurips26.inference.adkv import ADKVConfig, calibrate_adkv
 
 
 def test_two_worker_per_layer_calibration_reproduces_sequential_result():
-    cfg = LlamaConfig(
+    model = build_tiny_lm(
+        "llama",
         vocab_size=64,
+        seed=0,
         hidden_size=64,
         intermediate_size=96,
         num_hidden_layers=3,
         num_attention_heads=4,
         num_key_value_heads=2,
         max_position_embeddings=128,
-    )
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        model = LlamaForCausalLM(cfg).eval()
+    ).eval()
     ids = torch.randint(1, 64, (4, 24), generator=torch.Generator().manual_seed(1))
     adkv = ADKVConfig(bits=2, n_outliers=1)
     kw = dict(steps=8, lr=5e-2, bptt=8, batch_size=3, n_query=8, seed=2)
