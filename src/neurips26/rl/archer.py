@@ -269,6 +269,12 @@ def archer_policy_loss(
     Notes
     -----
     bf16/fp16 inputs are upcast to fp32. An all-padding row contributes zero.
+
+    Data parallelism needs no extra communication (the entropy quantile is per response). With
+    equal rows per rank, ``seq-mean-*`` aggregations decompose: DDP's gradient average equals the
+    single-process gradient. For ``token-mean`` scale each rank's loss by
+    ``world_size * local_tokens / global_tokens`` (normalising by the global token count, as verl
+    does; KL terms off, since their class denominators stay local).
     """
     config = ArcherConfig() if config is None else config
     if not isinstance(config, ArcherConfig):
