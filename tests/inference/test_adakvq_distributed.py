@@ -7,14 +7,11 @@ Each rank calibrates on its own share of the prompts and :func:`all_reduce_profi
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
 import textwrap
 
 import torch
 
+from neurips26.common.distributed import run_script_workers
 from neurips26.common.threads import torch_threads
 from neurips26.inference.adakvq import AADTracker, all_reduce_profile, calibrate_aad
 
@@ -59,30 +56,10 @@ _WORKER = textwrap.dedent(
 )
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def test_two_process_gloo_all_reduce_equals_single_process_profile(tmp_path):
     script = tmp_path / "worker.py"
     script.write_text(_COMMON + _WORKER)
-    out = tmp_path / "profile.json"
-    env = {
-        **os.environ,
-        "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(_free_port()),
-        "WORLD_SIZE": "2",
-        "OUT": str(out),
-        "OMP_NUM_THREADS": "1",
-    }
-    procs = [
-        subprocess.Popen([sys.executable, str(script)], env={**env, "RANK": str(r)}, stderr=subprocess.PIPE)
-        for r in range(2)
-    ]
-    errors = [p.communicate(timeout=120)[1].decode() for p in procs]
-    assert all(p.returncode == 0 for p in procs), errors
+    run_script_workers(script, 2, env={"OUT": str(tmp_path / "profile.json")})
 
     namespace: dict = {}
     exec(_COMMON, namespace)  # noqa: S102 - the same model and prompts as the workers

@@ -12,14 +12,11 @@ extra communication. Two aggregations are checked, each with two ranks holding h
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
 import textwrap
 
 import torch
 
+from neurips26.common.distributed import run_script_workers
 from neurips26.common.threads import torch_threads
 
 _COMMON = textwrap.dedent(
@@ -96,29 +93,10 @@ _WORKER = textwrap.dedent(
 )
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def test_two_process_ddp_step_equals_single_process_step(tmp_path):
     script = tmp_path / "worker.py"
     script.write_text(_COMMON + _WORKER)
-    env = {
-        **os.environ,
-        "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(_free_port()),
-        "WORLD_SIZE": "2",
-        "OUT": str(tmp_path / "ddp.json"),
-        "OMP_NUM_THREADS": "1",
-    }
-    procs = [
-        subprocess.Popen([sys.executable, str(script)], env={**env, "RANK": str(r)}, stderr=subprocess.PIPE)
-        for r in range(2)
-    ]
-    errors = [p.communicate(timeout=120)[1].decode() for p in procs]
-    assert all(p.returncode == 0 for p in procs), errors
+    run_script_workers(script, 2, env={"OUT": str(tmp_path / "ddp.json")})
     ranks = [json.loads((tmp_path / f"ddp.json.{r}").read_text()) for r in range(2)]
 
     namespace: dict = {}

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import socket
 import tempfile
 import threading
 import time
@@ -27,6 +26,7 @@ import torch
 
 from neurips26.claims.base import Better, Claim, Exact, RatioAtLeast, SeedResult
 from neurips26.claims.plotting import pyplot, save_figure
+from neurips26.common.distributed import free_port
 from neurips26.distributed.adera import (
     DEFAULT_CODECS,
     AdERAConfig,
@@ -238,12 +238,6 @@ def _gloo_worker(rank: int, world: int, port: int, config: dict, seed: int, path
         dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _run_gloo(config: dict, seed: int, data: torch.Tensor) -> dict[str, Any]:
     import torch.multiprocessing as mp
 
@@ -251,7 +245,7 @@ def _run_gloo(config: dict, seed: int, data: torch.Tensor) -> dict[str, Any]:
         path = os.path.join(tmp, "result.json")
         torch.save(data, path + ".data.pt")
         mp.spawn(
-            _gloo_worker, args=(config["world"], _free_port(), config, seed, path), nprocs=config["world"]
+            _gloo_worker, args=(config["world"], free_port(), config, seed, path), nprocs=config["world"]
         )
         return json.loads(Path(path).read_text())
 

@@ -67,7 +67,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import socket
 import struct
 import sys
 import threading
@@ -83,6 +82,7 @@ import torch.distributed as dist
 from torch import nn
 
 from neurips26.common.checks import check_choice, check_float, check_int
+from neurips26.common.distributed import free_port
 
 if sys.byteorder != "little":  # pragma: no cover - every supported platform is little-endian
     raise ImportError("neurips26.distributed.adera assumes a little-endian host")
@@ -1451,9 +1451,7 @@ def gloo_self_check(
         "seed": seed,
         "fsdp2_steps": fsdp2_steps,
     }
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "result.json")
         mp.spawn(_self_check_worker, args=(world_size, port, spec, path), nprocs=world_size)
