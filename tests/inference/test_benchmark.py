@@ -55,6 +55,10 @@ def test_random_kv_states_are_seeded_and_shaped():
     assert all(torch.equal(x[0], y[0]) and torch.equal(x[1], y[1]) for x, y in zip(a, b))
     with pytest.raises(ValueError, match="T"):
         random_kv_states(cfg, 0, seed=1)
+    with pytest.raises(ValueError, match="seed"):
+        random_kv_states(cfg, 4, seed=-1)
+    with pytest.raises(TypeError, match="PretrainedConfig"):
+        random_kv_states(object(), 4, seed=1)
 
 
 def test_decode_benchmark_reports_ratios_against_dynamic_cache():
@@ -127,3 +131,7 @@ def test_decode_benchmark_errors():
         decode_benchmark(model, lambda: {}, (8,), steps=0)
     with pytest.raises(ValueError, match="contexts"):
         decode_benchmark(model, lambda: {}, (), steps=1)
+    with pytest.raises(ValueError, match="contexts"):
+        decode_benchmark(model, lambda: {}, (8, 0), steps=1)
+    with pytest.raises(TypeError, match="make_caches must be callable"):
+        decode_benchmark(model, {"full": None}, (8,), steps=1)

@@ -85,6 +85,10 @@ def _head_dim(config: Any) -> int:
 def random_kv_states(config: Any, T: int, seed: int, dtype: torch.dtype = torch.float32):
     """Per-layer ``(keys, values)``, each ``Tensor[1, kv_heads, T, head_dim]`` standard normal."""
     check_int("T", T, low=1)
+    check_int("seed", seed, low=0)
+    for name in ("num_hidden_layers", "num_key_value_heads"):
+        if not hasattr(config, name):
+            raise TypeError(f"config must be a transformers PretrainedConfig with {name}")
     g = torch.Generator().manual_seed(seed)
     shape = (1, config.num_key_value_heads, T, _head_dim(config))
     return [
@@ -138,8 +142,12 @@ def decode_benchmark(
         kv_bytes_ratio_vs_dynamic, peak_memory_ratio_vs_dynamic}}}``.
     """
     check_int("steps", steps, low=1)
-    if not contexts:
+    if not callable(make_caches):
+        raise TypeError(f"make_caches must be callable, got {type(make_caches).__name__}")
+    if isinstance(contexts, (str, bytes)) or not contexts:
         raise ValueError("contexts must name at least one context length")
+    for T in contexts:
+        check_int("contexts", T, low=1)
     dtype = next(model.parameters()).dtype
     arm_context = dict(arm_context or {})
     report: dict[str, dict[str, dict[str, float]]] = {}
