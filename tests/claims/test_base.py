@@ -7,6 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from neurips26.claims.base import (
+    ERROR,
     INCONCLUSIVE,
     NOT_REPRODUCED,
     REPRODUCED,
@@ -15,12 +16,16 @@ from neurips26.claims.base import (
     Better,
     Claim,
     Exact,
+    Headline,
     Profile,
     RatioAtLeast,
     SeedResult,
     Within,
+    bounds,
     combine,
     criterion_from_dict,
+    judge_claim,
+    sweep_record,
 )
 
 
@@ -35,9 +40,28 @@ def test_better_reproduced_when_every_seed_clearly_wins():
     assert j.numbers["lower_bound"] > 0.01
 
 
-def test_better_not_reproduced_when_mean_difference_below_margin():
+def test_better_not_reproduced_only_when_the_upper_bound_misses_the_margin():
+    # clear loss: every seed below the margin with little spread
     j = Better("acc", baseline="b", margin=0.05).judge(m(a=[0.82, 0.83, 0.81], b=[0.8, 0.8, 0.8]), "a")
+    assert j.verdict == NOT_REPRODUCED and j.numbers["upper_bound"] <= 0.05
+    # a noisy miss (mean below the margin, upper bound above it) is not a refutation
+    noisy = Better("acc", baseline="b", margin=0.05).judge(m(a=[0.80, 0.95, 0.78], b=[0.8, 0.8, 0.8]), "a")
+    assert noisy.numbers["mean"] < 0.05 < noisy.numbers["upper_bound"]
+    assert noisy.verdict == INCONCLUSIVE
+
+
+def test_exact_tie_with_zero_spread_is_not_reproduced_for_better():
+    j = Better("acc", baseline="b").judge(m(a=[0.5, 0.5, 0.5], b=[0.5, 0.5, 0.5]), "a")
     assert j.verdict == NOT_REPRODUCED
+    assert j.numbers["lower_bound"] == j.numbers["upper_bound"] == 0.0
+
+
+def test_judgement_reports_both_bounds_n_mean_std_and_mde():
+    j = Better("acc", baseline="b").judge(m(a=[0.9, 0.8, 0.85, 0.95], b=[0.8, 0.8, 0.8, 0.8]), "a")
+    for key in ("n", "mean", "std", "lower_bound", "upper_bound", "mde", "method_mean", "baseline_mean"):
+        assert key in j.numbers, key
+    assert j.numbers["lower_bound"] < j.numbers["mean"] < j.numbers["upper_bound"]
+    assert j.numbers["mde"] > j.numbers["upper_bound"] - j.numbers["mean"] > 0  # power term adds to the t term
 
 
 def test_better_inconclusive_when_spread_straddles_margin():
@@ -59,13 +83,35 @@ def test_better_lower_is_better_flips_sign():
     assert "lower is better" in j.rule
 
 
-def test_better_rejects_unpaired_seeds_and_nan():
+def test_better_rejects_unpaired_seeds_and_unknown_arms():
     with pytest.raises(ValueError, match="seeds"):
         Better("acc", baseline="b").judge(m(a=[1.0, 2.0], b=[1.0]), "a")
-    with pytest.raises(ValueError, match="NaN"):
-        Better("acc", baseline="b").judge(m(a=[math.nan, 1.0], b=[1.0, 1.0]), "a")
     with pytest.raises(KeyError, match="arm"):
         Better("acc", baseline="zzz").judge(m(a=[1.0]), "a")
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_non_finite_counts_as_the_worst_value(bad):
+    # a diverged method loses, whatever the sign of the non-finite value
+    lose = Better("acc", baseline="b").judge(m(a=[bad, 0.9, 0.9], b=[0.5, 0.5, 0.5]), "a")
+    assert lose.verdict == NOT_REPRODUCED
+    lower = Better("loss", baseline="b", higher_is_better=False).judge(
+        {"loss": {"a": [bad, 0.1, 0.1], "b": [1.0, 1.0, 1.0]}}, "a"
+    )
+    assert lower.verdict == NOT_REPRODUCED
+    # a diverged baseline loses too
+    win = Better("acc", baseline="b").judge(m(a=[0.9, 0.9, 0.9], b=[bad, bad, bad]), "a")
+    assert win.verdict == REPRODUCED
+    assert AtLeast("acc", threshold=0.1).judge(m(a=[bad, 0.9]), "a").verdict == NOT_REPRODUCED
+    assert AtMost("acc", threshold=10.0).judge(m(a=[bad, 0.9]), "a").verdict == NOT_REPRODUCED
+    assert Within("acc", baseline="b", tolerance=1.0).judge(m(a=[bad, 0.9], b=[0.9, 0.9]), "a").verdict == NOT_REPRODUCED
+
+
+def test_zero_seeds_is_inconclusive_not_a_crash():
+    assert Better("acc", baseline="b").judge(m(a=[], b=[]), "a").verdict == INCONCLUSIVE
+    assert AtLeast("acc", threshold=0.0).judge(m(a=[]), "a").verdict == INCONCLUSIVE
+    assert Within("acc", baseline="b", tolerance=0.1).judge(m(a=[], b=[]), "a").verdict == INCONCLUSIVE
+    assert bounds([])["n"] == 0.0
 
 
 def test_ratio_at_least_with_and_without_baseline():
@@ -87,9 +133,14 @@ def test_within_tolerance_cases():
         m(a=[0.79, 0.83, 0.80], fp=[0.8, 0.8, 0.8]), "a"
     )
     assert noisy.verdict == INCONCLUSIVE
+    # not reproduced only when the lower bound of |d| exceeds the tolerance
+    far_noisy = Within("acc", baseline="fp", tolerance=0.02).judge(m(a=[0.7, 0.85, 0.76], fp=[0.8, 0.8, 0.8]), "a")
+    assert abs(far_noisy.numbers["mean_diff"]) > 0.02 >= far_noisy.numbers["lower_abs"]
+    assert far_noisy.verdict == INCONCLUSIVE
 
 
 def test_exact_at_least_at_most():
+    assert Exact("acc").kind == "design" and Better("acc", baseline="b").kind == "evidence"
     assert Exact("acc").judge(m(a=[1.0, 1.0]), "a").verdict == REPRODUCED
     assert Exact("acc").judge(m(a=[1.0, 0.0]), "a").verdict == NOT_REPRODUCED
     assert AtLeast("acc", threshold=0.5).judge(m(a=[0.9, 0.95, 0.92]), "a").verdict == REPRODUCED
@@ -123,9 +174,30 @@ def test_better_verdict_is_invariant_to_a_common_shift(values, shift):
     assert j1.verdict == j2.verdict
 
 
-@given(st.lists(st.floats(0.0, 1.0, allow_nan=False), min_size=1, max_size=6))
+@given(st.lists(st.floats(0.0, 1.0, allow_nan=False), min_size=2, max_size=6))
 def test_method_equal_to_baseline_is_never_reproduced(values):
     assert Better("acc", baseline="b").judge(m(a=values, b=values), "a").verdict == NOT_REPRODUCED
+
+
+@given(
+    st.lists(st.integers(-800, 800).map(lambda v: v / 8), min_size=2, max_size=8),
+    st.lists(st.integers(-800, 800).map(lambda v: v / 8), min_size=2, max_size=8),
+)
+def test_the_rule_is_symmetric_under_swapping_method_and_baseline(a, b):
+    n = min(len(a), len(b))
+    a, b = a[:n], b[:n]
+    forward = Better("acc", baseline="b").judge(m(a=a, b=b), "a").verdict
+    backward = Better("acc", baseline="a").judge(m(a=a, b=b), "b").verdict
+    if forward == REPRODUCED:
+        assert backward == NOT_REPRODUCED
+    if backward == REPRODUCED:
+        assert forward == NOT_REPRODUCED
+
+
+@given(st.lists(st.floats(-5, 5, allow_nan=False), min_size=2, max_size=8))
+def test_bounds_bracket_the_mean(values):
+    b = bounds(values)
+    assert b["lower_bound"] <= b["mean"] + 1e-12 and b["mean"] <= b["upper_bound"] + 1e-12
 
 
 def test_profile_parse_and_budgets():
@@ -147,13 +219,110 @@ def _noop(config, seed):
     return SeedResult(metrics={"acc": {"a": 1.0}})
 
 
+CONFIGS = {"smoke": {}, "quick": {}, "full": {}}
+EVIDENCE = Better("acc", baseline="b", label="acc_vs_b")
+
+
 def test_claim_validation():
-    configs = {"smoke": {}, "quick": {}, "full": {}}
+    configs = CONFIGS
     with pytest.raises(ValueError, match="criteria"):
         Claim("x", "c", "a", ("b",), (), _noop, configs)
     with pytest.raises(ValueError, match="configs lacks"):
-        Claim("x", "c", "a", ("b",), (Exact("acc"),), _noop, {"smoke": {}})
+        Claim("x", "c", "a", ("b",), (EVIDENCE,), _noop, {"smoke": {}})
     with pytest.raises(ValueError, match="also listed"):
-        Claim("x", "c", "a", ("a",), (Exact("acc"),), _noop, configs)
+        Claim("x", "c", "a", ("a",), (EVIDENCE,), _noop, configs)
     with pytest.raises(TypeError, match="Criterion"):
         Claim("x", "c", "a", ("b",), ("acc > b",), _noop, configs)
+    with pytest.raises(ValueError, match="evidence"):
+        Claim("x", "c", "a", ("b",), (Exact("acc"),), _noop, configs)
+    with pytest.raises(ValueError, match="unknown criterion labels"):
+        Claim("x", "c", "a", ("b",), (EVIDENCE,), _noop, configs, headlines=(Headline("h", criteria=("nope",)),))
+    with pytest.raises(ValueError, match="unique"):
+        Claim("x", "c", "a", ("b",), (EVIDENCE, EVIDENCE), _noop, configs)
+    with pytest.raises(ValueError, match="not method, baselines or references"):
+        Claim("x", "c", "a", ("b",), (EVIDENCE,), _noop, configs, premises=(AtLeast("acc", arm="sft"),))
+    ok = Claim("x", "c", "a", ("b",), (EVIDENCE,), _noop, configs, premises=(AtLeast("acc", arm="sft"),), references=("sft",))
+    assert ok.arms == ("a", "b", "sft")
+
+
+def test_headline_needs_exactly_one_of_criteria_and_untested():
+    with pytest.raises(ValueError, match="either"):
+        Headline("h")
+    with pytest.raises(ValueError, match="either"):
+        Headline("h", criteria=("x",), untested="why")
+    with pytest.raises(TypeError, match="tuple"):
+        Headline("h", criteria="x")
+
+
+def test_power_check_rejects_a_margin_finer_than_the_metric_granularity():
+    coarse = Better("acc", baseline="b", margin=0.05, label="acc_vs_b")
+    with pytest.raises(ValueError, match="steps of 1/6"):
+        Claim("x", "c", "a", ("b",), (coarse,), _noop, CONFIGS, items={"acc": {"full": 6}})
+    with pytest.raises(ValueError, match="steps of 1/10"):
+        Claim("x", "c", "a", ("b",), (Within("acc", baseline="b", tolerance=0.05),), _noop, CONFIGS, items={"acc": {"full": 10}})
+    claim = Claim("x", "c", "a", ("b",), (coarse,), _noop, CONFIGS, items={"acc": {"quick": 6, "full": 100}})
+    assert claim.granularity("acc", "full") == 0.01
+
+
+def _claim(premises=(), criteria=(EVIDENCE,), headlines=()):
+    return Claim(
+        "x", "c", "a", ("b",), criteria, _noop, CONFIGS, premises=premises, headlines=headlines, references=("sft",)
+    )
+
+
+WIN = {"acc": {"a": [0.9, 0.91, 0.92], "b": [0.5, 0.52, 0.5], "sft": [0.1, 0.1, 0.12]}}
+LOSS = {"acc": {"a": [0.5, 0.51, 0.5], "b": [0.9, 0.91, 0.92], "sft": [0.1, 0.1, 0.12]}}
+STRADDLE = {"acc": {"a": [0.9, 0.4, 0.8], "b": [0.6, 0.6, 0.6], "sft": [0.1, 0.1, 0.12]}}
+
+
+def test_claim_verdicts_on_hand_made_numbers():
+    premise = AtLeast("acc", arm="b", threshold=0.3, label="baseline_learns")
+    assert judge_claim(_claim((premise,)), WIN)["verdict"] == REPRODUCED
+    assert judge_claim(_claim((premise,)), LOSS)["verdict"] == NOT_REPRODUCED
+    straddle = judge_claim(_claim((premise,)), STRADDLE)
+    assert straddle["verdict"] == INCONCLUSIVE and straddle["verdict_reason"] == "spread"
+
+
+def test_a_failing_premise_makes_the_claim_inconclusive_testbed():
+    premise = AtLeast("acc", arm="sft", threshold=0.5, label="sft_is_competent")
+    judged = judge_claim(_claim((premise,)), LOSS)  # the comparison loses, but the testbed is broken
+    assert judged["verdict"] == INCONCLUSIVE
+    assert judged["verdict_reason"] == "testbed" and judged["deciding"] == "sft_is_competent"
+    assert judged["premises"][0]["verdict"] == NOT_REPRODUCED
+
+
+def test_a_criterion_that_errors_is_recorded_as_error():
+    broken = Better("missing_metric", baseline="b", label="broken")
+    judged = judge_claim(_claim(criteria=(EVIDENCE, broken)), WIN)
+    entry = judged["criteria"][1]
+    assert entry["verdict"] == ERROR and "missing_metric" in entry["error"]
+    assert judged["verdict"] == INCONCLUSIVE and judged["verdict_reason"] == "error"
+
+
+def test_unequal_seed_counts_across_arms_raise():
+    with pytest.raises(ValueError, match="unequal seed counts"):
+        judge_claim(_claim(), {"acc": {"a": [0.9, 0.9], "b": [0.5], "sft": [0.1, 0.1]}})
+
+
+def test_design_only_success_is_not_reproduced_and_deciding_is_weakest():
+    design = Exact("flag", label="identity")
+    weak = Better("acc", baseline="b", margin=0.3, label="weak")
+    metrics = {**WIN, "flag": {"a": [1.0] * 3, "b": [1.0] * 3, "sft": [1.0] * 3}}
+    judged = judge_claim(_claim(criteria=(EVIDENCE, weak, design)), metrics)
+    assert judged["verdict"] == REPRODUCED and judged["deciding"] == "weak"
+    assert [c["kind"] for c in judged["criteria"]] == ["evidence", "evidence", "design"]
+
+
+def test_headlines_carry_the_verdicts_of_their_criteria():
+    heads = (Headline("beats b", criteria=("acc_vs_b",)), Headline("16 GPUs", untested="needs 16 GPUs"))
+    judged = judge_claim(_claim(headlines=heads), WIN)
+    assert judged["headlines"][0]["status"] == REPRODUCED
+    assert judged["headlines"][0]["verdicts"] == {"acc_vs_b": REPRODUCED}
+    assert judged["headlines"][1]["status"] == "untested"
+
+
+def test_sweep_record_flags_the_grid_edge():
+    assert sweep_record([1e-3, 1e-2, 1e-1], 1e-2)["at_edge"] is False
+    assert sweep_record([1e-3, 1e-2, 1e-1], 1e-1)["at_edge"] is True
+    with pytest.raises(ValueError, match="grid values"):
+        sweep_record([1e-3, 1e-2], 5.0)

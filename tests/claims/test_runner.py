@@ -9,12 +9,13 @@ from neurips26.claims.base import Better, Claim, SeedResult
 from neurips26.claims.runner import SCHEMA_VERSION, capture_env, run_claim
 
 CALLS: list[int] = []
+FAIL_ON: list[int] = []  # seeds that simulate a kill, outside the config so a resume has the same config
 
 
 def _toy_run(config, seed):
     """Deterministic given the seed (the runner seeds python's random)."""
     CALLS.append(seed)
-    if config.get("fail_on") == seed:
+    if config.get("fail_on") == seed or seed in FAIL_ON:
         raise KeyboardInterrupt("simulated kill")
     noise = random.random() * 0.01
     return SeedResult(
@@ -62,8 +63,12 @@ def test_existing_result_is_reused_unless_forced(tmp_path):
 
 def test_resume_after_interruption(tmp_path):
     CALLS.clear()
-    with pytest.raises(KeyboardInterrupt):
-        run_claim(make_claim(fail_on=2), "smoke", out=tmp_path)
+    FAIL_ON[:] = [2]
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_claim(make_claim(), "smoke", out=tmp_path)
+    finally:
+        FAIL_ON.clear()
     assert not (tmp_path / "smoke" / "toy.json").exists()
     assert sorted(p.name for p in (tmp_path / ".partial" / "smoke" / "toy").iterdir()) == [
         "seed-0.json",
@@ -73,6 +78,49 @@ def test_resume_after_interruption(tmp_path):
     data = run_claim(make_claim(), "smoke", out=tmp_path)
     assert CALLS == [2]
     assert data["seeds"] == [0, 1, 2]
+
+
+def test_partials_from_another_config_are_discarded(tmp_path):
+    CALLS.clear()
+    with pytest.raises(KeyboardInterrupt):
+        run_claim(make_claim(fail_on=2), "smoke", out=tmp_path)
+    CALLS.clear()
+    data = run_claim(make_claim(), "smoke", out=tmp_path)
+    assert CALLS == [0, 1, 2]  # the partials carried another config hash: rerun, never mixed in
+    assert data["provenance"]["config_hash"]
+
+
+def test_provenance_and_cold_wall_are_recorded(tmp_path):
+    from neurips26.common.cache import cached_object
+
+    def run(config, seed):
+        cached_object("toy-test", {"root": str(tmp_path), "seed": 0}, lambda: __import__("time").sleep(0.2) or 1)
+        return SeedResult(metrics={"acc": {"method": 1.0, "baseline": 0.0}})
+
+    import os
+
+    os.environ["NEURIPS26_CACHE"] = str(tmp_path / "cache")
+    try:
+        claim = Claim(
+            slug="toy",
+            claim="c",
+            method="method",
+            baselines=("baseline",),
+            criteria=(Better("acc", baseline="baseline"),),
+            run=run,
+            configs={"smoke": {}, "quick": {}, "full": {}},
+            seeds={"smoke": (0, 1), "quick": (0,), "full": (0,)},
+        )
+        data = run_claim(claim, "smoke", out=tmp_path / "r")
+    finally:
+        del os.environ["NEURIPS26_CACHE"]
+    # seed 0 built the entry (0.2 s, inside its wall); seed 1 found it, and its cold wall adds the build
+    assert data["seed_cold_wall_s"][0] == data["seed_wall_s"][0]
+    assert data["seed_cold_wall_s"][1] >= data["seed_wall_s"][1] + 0.19
+    assert data["cold_wall_s"] >= data["wall_s"] + 0.19
+    prov = data["provenance"]
+    assert set(prov) >= {"commit", "dirty", "claim_hash", "config_hash", "captured"}
+    assert isinstance(data["warnings"], list)
 
 
 def test_same_seed_same_numbers(tmp_path):

@@ -8,23 +8,38 @@ Layout on disk (``out`` defaults to ``results/``)::
 A final result that exists is reused unless ``force=True``. An interrupted run resumes from its
 finished seeds. Every file is written to a temporary name and renamed into place.
 
-Result schema (version 1)
+Result schema (version 2)
 -------------------------
-``schema``: 1; ``slug``; ``title``; ``paper`` (seed file and paragraph); ``claim`` (text);
-``profile``; ``seeds`` (list); ``method``; ``baselines``; ``criteria`` (list of
-``{text, data, verdict, numbers}``); ``verdict``; ``metrics`` (``name -> arm -> [per-seed]``);
-``curves`` (``name -> arm -> [per-seed list]``); ``info`` (``[per-seed dict]``); ``wall_s``;
-``seed_wall_s``; ``budget_s``; ``over_budget``; ``config``; ``env``; ``created``;
-``implemented``; ``differences``; ``data``; ``glossary``; ``command``.
+``schema``: 2; ``slug``; ``title``; ``paper`` (seed file and paragraph); ``claim`` (text);
+``profile``; ``seeds`` (list); ``method``; ``baselines``; ``references``; ``verdict``;
+``verdict_reason`` (``testbed``, ``error``, ``criteria``, ``spread``, ``evidence``); ``deciding``
+(key of the deciding criterion); ``premises`` and ``criteria`` (lists of ``{key, kind, text, data,
+verdict, numbers[, error]}``); ``headlines`` (``{text, criteria, untested, verdicts, status}``);
+``items`` (evaluation items per seed behind a metric, this profile); ``metrics``
+(``name -> arm -> [per-seed]``); ``curves`` (``name -> arm -> [per-seed list]``); ``info``
+(``[per-seed dict]``); ``wall_s`` (this run) and ``cold_wall_s`` (this run plus the recorded build
+time of every cache entry it found on disk: what a cold cache costs); ``seed_wall_s``;
+``seed_cold_wall_s``; ``budget_s``; ``over_budget`` (``cold_wall_s > budget_s``);
+``provenance`` (``commit``, ``dirty`` with untracked files, ``claim_hash``, ``config_hash``,
+captured when the run starts); ``warnings`` (dirty, over budget, sweeps at a grid edge, criteria
+that errored); ``config``; ``env``; ``created``; ``implemented``; ``differences``; ``data``;
+``glossary``; ``command``.
+
+Per-seed partials carry the provenance hashes; a partial written by other claim code or another
+config is discarded, never mixed into a result.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
+import importlib.util
 import json
+import math
 import os
 import platform
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
 from importlib import metadata
@@ -32,9 +47,9 @@ from pathlib import Path
 from typing import Any
 
 from neurips26.claims.base import Claim, Profile, SeedResult, judge_claim
-from neurips26.common.cache import atomic_write_text
+from neurips26.common.cache import atomic_write_text, hit_build_seconds, reset_build_clock
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 EXECUTORS = ("local", "ray")
 _VERSIONED = (
     "torch",
@@ -55,15 +70,15 @@ def default_out() -> Path:
 
 
 def _git_commit(root: Path | None = None) -> dict[str, Any]:
-    """HEAD of the checkout at ``root`` (default: this package's) and whether its tracked files differ,
-    ignoring ``results/`` (rewritten by the runs themselves)."""
+    """HEAD of the checkout at ``root`` (default: this package's) and whether it differs from HEAD:
+    modified or untracked files anywhere but ``results/`` (rewritten by the runs themselves)."""
     root = Path(__file__).resolve().parents[3] if root is None else Path(root)
     try:
         commit = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10
         ).stdout.strip()
         dirty = subprocess.run(  # results/ is what the runs write: not a change of the code that ran
-            ["git", "status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)results"],
+            ["git", "status", "--porcelain", "--untracked-files=all", "--", ".", ":(exclude)results"],
             cwd=root,
             capture_output=True,
             text=True,
@@ -106,8 +121,65 @@ def capture_env() -> dict[str, Any]:
     }
 
 
+def _source_files(module: str) -> list[Path]:
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return []
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        return []
+    origin = Path(spec.origin)
+    if origin.name == "__init__.py":
+        return sorted(origin.parent.rglob("*.py"))
+    return [origin]
+
+
+def claim_hash(claim: Claim) -> str:
+    """SHA-256 (16 hex digits) of the claim module's and the method module's source."""
+    import inspect
+
+    from neurips26.registry import BY_SLUG
+
+    files: list[Path] = []
+    try:
+        files.append(Path(inspect.getsourcefile(claim.run) or ""))
+    except TypeError:
+        pass
+    info = BY_SLUG.get(claim.slug)
+    if info is not None:
+        files += _source_files(info.module)
+    digest = hashlib.sha256()
+    for path in sorted({p for p in files if p.is_file()}):
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def config_hash(config: dict[str, Any]) -> str:
+    blob = json.dumps(config, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def provenance(claim: Claim, profile: Profile) -> dict[str, Any]:
+    """Commit, dirty flag (untracked files included), claim-source and config hashes: taken at the start."""
+    git = _git_commit()
+    return {
+        "commit": git["commit"],
+        "dirty": git["dirty"],
+        "claim_hash": claim_hash(claim),
+        "config_hash": config_hash(claim.configs[profile.value]),
+        "captured": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
 def run_seed(claim: Claim, profile: Profile, seed: int) -> tuple[SeedResult, float]:
-    """Seed everything, run one seed under the config's ``threads`` (if given), return result and wall time."""
+    """Seed everything, run one seed under the config's ``threads`` (if given), return result and wall time.
+
+    :func:`last_cold_wall` then gives the wall time plus the recorded build time of every cache entry
+    the seed found on disk.
+    """
+    global _last_cold
+    reset_build_clock()
     from neurips26.common.seeding import seed_everything
     from neurips26.common.threads import torch_threads
 
@@ -122,24 +194,63 @@ def run_seed(claim: Claim, profile: Profile, seed: int) -> tuple[SeedResult, flo
     unknown = reported - set(claim.arms)
     if unknown:
         raise ValueError(f"claim {claim.slug!r}: run() reported unknown arms {sorted(unknown)}")
-    return result, time.perf_counter() - start
+    wall = time.perf_counter() - start
+    _last_cold = wall + hit_build_seconds()
+    return result, wall
 
 
-def _ray_run_seed(claim: Claim, profile: str, seed: int) -> tuple[dict[str, Any], float]:
+_last_cold = 0.0
+
+
+def last_cold_wall() -> float:
+    """Cold-cache wall time of the last :func:`run_seed` in this process."""
+    return _last_cold
+
+
+def _ray_run_seed(claim: Claim, profile: str, seed: int) -> tuple[dict[str, Any], float, float]:
     result, wall = run_seed(claim, Profile(profile), seed)
-    return result.to_dict(), wall
+    return result.to_dict(), wall, last_cold_wall()
 
 
 def _paths(out: Path, slug: str, profile: Profile) -> tuple[Path, Path]:
     return out / profile.value / f"{slug}.json", out / ".partial" / profile.value / slug
 
 
+def _warnings(data: dict[str, Any]) -> list[str]:
+    out = []
+    prov = data["provenance"]
+    if prov.get("dirty"):
+        out.append("dirty: the checkout had uncommitted or untracked changes when the run started")
+    if prov.get("commit") is None:
+        out.append("no git commit recorded")
+    if data["over_budget"]:
+        out.append(f"over budget: {data['cold_wall_s']:.0f} s cold > {data['budget_s']:.0f} s")
+    for judged in (*data["premises"], *data["criteria"]):
+        if judged.get("error"):
+            out.append(f"criterion {judged['key']} errored: {judged['error']}")
+    edges = set()
+    for info in data["info"]:
+        for name, sweep in ((info or {}).get("sweeps") or {}).items():
+            if isinstance(sweep, dict) and sweep.get("at_edge"):
+                edges.add(f"sweep {name!r} chose {sweep.get('chosen')} at the edge of its grid {sweep.get('grid')}")
+    out += sorted(edges)
+    return out
+
+
 def aggregate(
-    claim: Claim, profile: Profile, seeds: Sequence[int], per_seed: dict[int, dict], walls: dict[int, float]
+    claim: Claim,
+    profile: Profile,
+    seeds: Sequence[int],
+    per_seed: dict[int, dict],
+    walls: dict[int, float],
+    colds: dict[int, float] | None = None,
+    prov: dict[str, Any] | None = None,
+    env: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Build the result dict (schema above) from per-seed results."""
     from neurips26.registry import BY_SLUG
 
+    colds = colds or walls
     metrics: dict[str, dict[str, list[float]]] = {}
     curves: dict[str, dict[str, list[list[float]]]] = {}
     for seed in seeds:
@@ -149,10 +260,11 @@ def aggregate(
         for name, arms in per_seed[seed].get("curves", {}).items():
             for arm, values in arms.items():
                 curves.setdefault(name, {}).setdefault(arm, []).append([float(v) for v in values])
-    verdict, judged = judge_claim(claim, metrics)
+    judged = judge_claim(claim, metrics)
     info = BY_SLUG.get(claim.slug)
     wall = sum(walls[s] for s in seeds)
-    return {
+    cold = sum(colds.get(s, walls[s]) for s in seeds)
+    data = {
         "schema": SCHEMA_VERSION,
         "slug": claim.slug,
         "title": f"{info.name}: {info.title}" if info else claim.slug,
@@ -162,17 +274,21 @@ def aggregate(
         "seeds": list(seeds),
         "method": claim.method,
         "baselines": list(claim.baselines),
-        "criteria": judged,
-        "verdict": verdict,
+        "references": list(claim.references),
+        **judged,
+        "items": {m: n[profile.value] for m, n in claim.items.items() if profile.value in n},
         "metrics": metrics,
         "curves": curves,
         "info": [per_seed[s].get("info", {}) for s in seeds],
         "wall_s": wall,
+        "cold_wall_s": cold,
         "seed_wall_s": [walls[s] for s in seeds],
+        "seed_cold_wall_s": [colds.get(s, walls[s]) for s in seeds],
         "budget_s": profile.budget_s,
-        "over_budget": wall > profile.budget_s,
+        "over_budget": cold > profile.budget_s,
+        "provenance": prov if prov is not None else provenance(claim, profile),
         "config": claim.configs[profile.value],
-        "env": capture_env(),
+        "env": env if env is not None else capture_env(),
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "implemented": claim.implemented,
         "differences": claim.differences,
@@ -180,6 +296,18 @@ def aggregate(
         "glossary": claim.glossary,
         "command": f"neurips26 check {claim.slug} --profile {profile.value} --force",
     }
+    data["warnings"] = _warnings(data)
+    for judged_list in (data["premises"], data["criteria"]):
+        for entry in judged_list:
+            entry["numbers"] = {k: _finite_or_text(v) for k, v in entry["numbers"].items()}
+    return data
+
+
+def _finite_or_text(value: Any) -> Any:
+    """Strict JSON has no inf/NaN: write them as the strings ``"inf"``, ``"-inf"``, ``"nan"``."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value
 
 
 def run_claim(
@@ -220,22 +348,32 @@ def run_claim(
         raise ValueError(f"seeds must be a non-empty sequence of non-negative ints, got {seeds!r}")
     out = Path(out) if out is not None else default_out()
     final, partial = _paths(out, slug, profile)
+    prov = provenance(claim, profile)  # at the start: the code and config that run
+    env = capture_env()
+    hashes = {"claim_hash": prov["claim_hash"], "config_hash": prov["config_hash"]}
     if final.exists() and not force:
         existing = json.loads(final.read_text())
-        if existing.get("seeds") == list(seeds):
+        same = all(existing.get("provenance", {}).get(k) == v for k, v in hashes.items())
+        if existing.get("seeds") == list(seeds) and existing.get("schema") == SCHEMA_VERSION and same:
             return existing
     per_seed: dict[int, dict] = {}
     walls: dict[int, float] = {}
+    colds: dict[int, float] = {}
     for seed in seeds:
         path = partial / f"seed-{seed}.json"
         if path.exists() and not force:
             saved = json.loads(path.read_text())
+            if saved.get("provenance") != hashes:  # other code or config: never mix it in
+                path.unlink(missing_ok=True)
+                continue
             per_seed[seed], walls[seed] = saved["result"], saved["wall_s"]
+            colds[seed] = saved.get("cold_wall_s", saved["wall_s"])
     todo = [s for s in seeds if s not in per_seed]
 
-    def _store(seed: int, result: dict, wall: float) -> None:
-        per_seed[seed], walls[seed] = result, wall
-        atomic_write_text(partial / f"seed-{seed}.json", json.dumps({"result": result, "wall_s": wall}))
+    def _store(seed: int, result: dict, wall: float, cold: float) -> None:
+        per_seed[seed], walls[seed], colds[seed] = result, wall, cold
+        record = {"result": result, "wall_s": wall, "cold_wall_s": cold, "provenance": hashes}
+        atomic_write_text(partial / f"seed-{seed}.json", json.dumps(record, default=_json_default))
         if on_seed is not None:
             on_seed(seed)
 
@@ -248,13 +386,13 @@ def run_claim(
         remote = ray.remote(_ray_run_seed)
         refs = {seed: remote.remote(claim, profile.value, seed) for seed in todo}
         for seed, ref in refs.items():
-            result, wall = ray.get(ref)
-            _store(seed, result, wall)
+            result, wall, cold = ray.get(ref)
+            _store(seed, result, wall, cold)
     else:
         for seed in todo:
             result, wall = run_seed(claim, profile, seed)
-            _store(seed, result.to_dict(), wall)
-    data = aggregate(claim, profile, seeds, per_seed, walls)
+            _store(seed, result.to_dict(), wall, last_cold_wall())
+    data = aggregate(claim, profile, seeds, per_seed, walls, colds, prov, env)
     atomic_write_text(final, json.dumps(data, indent=1, sort_keys=False, default=_json_default))
     return data
 
@@ -267,6 +405,11 @@ def _json_default(obj: Any) -> Any:
     if isinstance(obj, Path):
         return str(obj)
     raise TypeError(f"not JSON-serialisable: {type(obj).__name__}")
+
+
+def _line(text: str) -> None:
+    """One plain line per claim start and end, on stderr, so that a long run is never silent."""
+    print(text, file=sys.stderr, flush=True)
 
 
 def run_many(slugs: Iterable[str], profile: str | Profile, **kwargs: Any) -> list[dict[str, Any]]:
@@ -283,13 +426,24 @@ def run_many(slugs: Iterable[str], profile: str | Profile, **kwargs: Any) -> lis
         transient=False,
     ) as progress:
         task = progress.add_task("claims", total=len(slugs))
+        name = Profile.parse(profile).value
         for slug in slugs:
-            progress.update(task, description=f"{slug} ({Profile.parse(profile).value})")
+            progress.update(task, description=f"{slug} ({name})")
+            _line(f"[neurips26] start {slug} ({name})")
+            start = time.perf_counter()
             try:
-                results.append(run_claim(slug, profile, **kwargs))
+                result = run_claim(slug, profile, **kwargs)
+                results.append(result)
+                _line(
+                    f"[neurips26] end   {slug} ({name}): {result['verdict']}"
+                    + (f" ({result.get('verdict_reason')})" if result.get("verdict") == "inconclusive" else "")
+                    + f", {time.perf_counter() - start:.1f} s here, recorded wall {result['wall_s']:.1f} s, "
+                    f"cold {result.get('cold_wall_s', result['wall_s']):.1f} s"
+                    + ("  OVER BUDGET" if result.get("over_budget") else "")
+                )
             except Exception as err:  # noqa: BLE001 - keep going, report at the end
                 errors.append((slug, err))
-                progress.console.print(f"[red]{slug} failed: {type(err).__name__}: {err}")
+                _line(f"[neurips26] end   {slug} ({name}): FAILED {type(err).__name__}: {err}")
             progress.advance(task)
     if errors:
         names = ", ".join(s for s, _ in errors)

@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,21 @@ from typing import Any
 from neurips26 import __version__
 
 MANIFEST = "MANIFEST.json"
+
+# Seconds that the cache entries served from disk took to build when they were made: the runner
+# adds them to a claim's wall time to report what the run would cost on a cold cache.
+_hit_build_s = 0.0
+
+
+def reset_build_clock() -> None:
+    """Start counting the recorded build time of cache hits from zero."""
+    global _hit_build_s
+    _hit_build_s = 0.0
+
+
+def hit_build_seconds() -> float:
+    """Recorded build time of every cache entry served from disk since :func:`reset_build_clock`."""
+    return _hit_build_s
 
 
 def cache_root() -> Path:
@@ -48,9 +64,18 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _write_manifest(folder: Path, config: dict[str, Any]) -> None:
+def _write_manifest(folder: Path, config: dict[str, Any], build_s: float | None = None) -> None:
     files = {str(p.relative_to(folder)): _sha256(p) for p in sorted(folder.rglob("*")) if p.is_file()}
-    (folder / MANIFEST).write_text(json.dumps({"config": config, "files": files}, default=str, indent=1))
+    record = {"config": config, "files": files, "build_s": build_s}
+    (folder / MANIFEST).write_text(json.dumps(record, default=str, indent=1))
+
+
+def _recorded_build_s(folder: Path) -> float:
+    try:
+        value = json.loads((folder / MANIFEST).read_text()).get("build_s")
+    except (OSError, ValueError):
+        return 0.0
+    return float(value) if isinstance(value, (int, float)) else 0.0
 
 
 def entry_is_valid(folder: Path) -> bool:
@@ -90,13 +115,16 @@ def cached_dir(
     if not isinstance(namespace, str) or not namespace or "/" in namespace:
         raise ValueError(f"namespace must be a non-empty folder name, got {namespace!r}")
     target = cache_root() / namespace / cache_key(config, code_version)
+    global _hit_build_s
     if entry_is_valid(target):
+        _hit_build_s += _recorded_build_s(target)
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=target.parent))
     try:
+        start = time.perf_counter()
         build(tmp)
-        _write_manifest(tmp, config)
+        _write_manifest(tmp, config, build_s=time.perf_counter() - start)
         if target.exists():
             shutil.rmtree(target, ignore_errors=True)
         os.replace(tmp, target)
