@@ -6,8 +6,29 @@ from neurips26.claims.report import benchmark_tables, build_report, fmt, load_re
 
 
 def fixture_result(slug="toy", verdict="reproduced", over=False):
+    """A schema-2 result as the runner writes it."""
     return {
-        "schema": 1,
+        "schema": 2,
+        "verdict_reason": "criteria",
+        "deciding": "acc_vs_b",
+        "references": ["S"],
+        "premises": [
+            {
+                "key": "b_learns",
+                "kind": "evidence",
+                "text": "acc: B >= 0.5",
+                "data": {"type": "AtLeast", "metric": "acc", "arm": "B", "threshold": 0.5},
+                "verdict": "reproduced",
+                "numbers": {"n": 2, "mean": 0.65, "std": 0.07, "lower_bound": 0.6, "upper_bound": 0.7, "threshold": 0.5},
+            }
+        ],
+        "headlines": [
+            {"text": "A beats B", "criteria": ["acc_vs_b"], "untested": "", "verdicts": {"acc_vs_b": verdict}, "status": verdict},
+            {"text": "A scales to 1B", "criteria": [], "untested": "needs a GPU", "verdicts": {}, "status": "untested"},
+        ],
+        "cold_wall_s": 40.0,
+        "provenance": {"commit": "abc", "dirty": False, "claim_hash": "h1", "config_hash": "h2"},
+        "warnings": ["over budget: 70 s cold > 60 s"] if over else [],
         "slug": slug,
         "title": f"{slug}: a toy",
         "paper": {"seed": "s.txt", "paragraph": 2},
@@ -18,14 +39,24 @@ def fixture_result(slug="toy", verdict="reproduced", over=False):
         "baselines": ["B"],
         "criteria": [
             {
+                "key": "acc_vs_b",
+                "kind": "evidence",
                 "text": "acc: A > B by more than 0",
-                "data": {"type": "Better", "metric": "acc", "baseline": "B"},
+                "data": {"type": "Better", "metric": "acc", "baseline": "B", "margin": 0.0},
                 "verdict": verdict,
-                "numbers": {"mean": 0.2},
-            }
+                "numbers": {"n": 2, "mean": 0.2, "std": 0.0, "lower_bound": 0.2, "upper_bound": 0.2, "mde": 0.1, "margin": 0.0},
+            },
+            {
+                "key": "roundtrip",
+                "kind": "design",
+                "text": "exact: A == 1 on every seed",
+                "data": {"type": "Exact", "metric": "acc", "expected": 1.0},
+                "verdict": "reproduced",
+                "numbers": {"n": 2, "min": 1.0, "max": 1.0, "expected": 1.0},
+            },
         ],
         "verdict": verdict,
-        "metrics": {"acc": {"A": [0.9, 0.8], "B": [0.6, 0.7]}},
+        "metrics": {"acc": {"A": [0.9, 0.8], "B": [0.6, 0.7], "S": [0.1, 0.1]}},
         "curves": {"loss": {"A": [[1, 0.5], [1, 0.4]], "B": [[1, 0.9], [1, 0.8]]}},
         "info": [{}, {}],
         "wall_s": 12.0,
@@ -48,14 +79,45 @@ def test_report_md_and_html(tmp_path):
     (tmp_path / "garbage.json").write_text("{not json")
     md, html = build_report(tmp_path)
     text = md.read_text()
-    assert "| toy | A beats B | acc | B: 0.650 ± 0.071 | A: 0.850 ± 0.071 | 2 |" in text
-    assert "OVER BUDGET" in text and "(over budget)" in text
+    # one short summary line per claim: verdict, deciding criterion with both arms and its bound, seeds, wall
+    line = next(x for x in text.splitlines() if x.startswith("| [toy](#toy)"))
+    assert "| reproduced | acc_vs_b [acc]: A 0.850 ± 0.071 vs B 0.650 ± 0.071; d L=0.200 U=0.200 vs 0.000 | 2 | 12 s (cold 40 s) | - |" in line
+    assert len(line) < 200
+    slow = next(x for x in text.splitlines() if x.startswith("| [slow](#slow)"))
+    assert "over budget" in slow
+    assert "OVER BUDGET" in text
     assert "1 reproduced, 1 not reproduced, 0 inconclusive" in text
-    assert "**acc**: fraction of exact answers" in text
+    assert "**acc**: fraction of exact answers" in text and "**decision rule**" in text
     assert "neurips26 check toy --profile quick --force" in text
+    # premises come first in the section, design checks apart, the headline table with untested reasons
+    section = text[text.index("## toy: a toy") :]
+    assert section.index("**Premises**") < section.index("**Evidence criteria.**") < section.index("**Design checks**")
+    assert "untested: needs a GPU" in section and "acc_vs_b (reproduced)" in section
     page = html.read_text()
     assert page.count("data:image/png;base64,") >= 4
     assert "<script" not in page
+    assert "<a href=\"#toy\">toy</a>" in page and "id='toy'" in page
+
+
+def test_testbed_verdicts_show_their_reason_and_premise(tmp_path):
+    result = fixture_result()
+    result.update(verdict="inconclusive", verdict_reason="testbed", deciding="b_learns")
+    result["premises"][0]["verdict"] = "not reproduced"
+    (tmp_path / "toy.json").write_text(json.dumps(result))
+    md, _ = build_report(tmp_path)
+    line = next(x for x in md.read_text().splitlines() if x.startswith("| [toy](#toy)"))
+    assert "inconclusive (testbed)" in line and "b_learns [acc]: B 0.650" in line
+
+
+def test_schema_1_results_are_shown_with_a_warning(tmp_path):
+    old = fixture_result()
+    for key in ("verdict_reason", "deciding", "premises", "headlines", "provenance", "warnings", "cold_wall_s", "references"):
+        old.pop(key)
+    old["schema"] = 1
+    old["metrics"]["acc"].pop("S")
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    md, _ = build_report(tmp_path)
+    assert "schema 1" in md.read_text()
 
 
 def test_load_results_skips_non_results(tmp_path):

@@ -1,9 +1,12 @@
 """Build ``report.md`` and a self-contained ``report.html`` from result JSON files alone.
 
-The report has one summary table (method, paper claim, metric, baseline and method mean +- std, seeds,
-criterion, verdict, wall time), then one section per claim with its plots (PNG, embedded in the HTML
-as base64), what is implemented, the differences from the paper, the data used and the exact command
-to rerun it, and finally a glossary of every metric.
+The report opens with one short line per claim: the verdict (with its reason when the testbed is at
+fault), the deciding criterion with method against baseline (mean +- sd) and its bound, the seeds,
+the wall time (warm and cold cache) and warnings. Then one section per claim: its premises first,
+the evidence criteria with both bounds and the minimal detectable effect, the design checks apart,
+the table of the paper's headlines and what tests them, the metrics per arm, plots (PNG, embedded in
+the HTML as base64), what is implemented, the differences from the paper, the data, provenance and
+the exact command to rerun it; finally a glossary of every metric and of the decision rule.
 """
 
 from __future__ import annotations
@@ -20,8 +23,26 @@ from neurips26.claims.plotting import pyplot, save_figure
 from neurips26.common.cache import atomic_write_text
 
 GENERIC_GLOSSARY = {
-    "verdict": "reproduced / not reproduced / inconclusive, computed by the declared criteria from the per-seed numbers.",
-    "wall_s": "wall-clock seconds of all seeds of the claim check in one process.",
+    "verdict": (
+        "reproduced / not reproduced / inconclusive, computed by the declared criteria from the per-seed "
+        "numbers. A claim is inconclusive (testbed) when one of its premises does not hold, inconclusive "
+        "(error) when a criterion could not be computed, not reproduced when a criterion is not reproduced, "
+        "reproduced when every criterion is and at least one of them is evidence, and inconclusive "
+        "(spread) otherwise."
+    ),
+    "decision rule": (
+        "per-seed values v (paired differences, sign-adjusted so that larger is better) with mean m, sd s, "
+        "n seeds; one-sided bounds L = m - t s/sqrt(n), U = m + t s/sqrt(n) (Student t at the criterion's "
+        "confidence). Reproduced when L clears the margin, not reproduced when U is at or below it, "
+        "inconclusive in between or with fewer seeds than min_seeds. Within: on |m|. NaN or inf counts as "
+        "the worst value."
+    ),
+    "premise": "a criterion about the testbed itself (the baseline learns, the task is not at ceiling, the regime occurs); judged like any criterion, shown first.",
+    "evidence / design": "evidence: an empirical comparison that could go either way; design: holds by construction and is checked for bugs (bit-exactness, identities). Reproduced needs evidence.",
+    "mde": "minimal detectable effect at the seeds used: (t_conf + t_0.8) s / sqrt(n), the smallest true difference the criterion detects with 80 % power.",
+    "wall_s": "wall-clock seconds of all seeds of the claim check in one process (warm cache).",
+    "cold_wall_s": "wall_s plus the recorded build time of every cached artefact the run found on disk: the cost on an empty cache.",
+    "dirty": "the checkout had uncommitted or untracked changes when the run started.",
 }
 
 
@@ -36,7 +57,7 @@ def load_results(folder: Path) -> list[dict[str, Any]]:
             data = json.loads(path.read_text())
         except ValueError:
             continue
-        if isinstance(data, dict) and data.get("schema") == 1 and "slug" in data:
+        if isinstance(data, dict) and data.get("schema") in (1, 2) and "slug" in data:
             results.append(data)
     return sorted(results, key=lambda r: r["slug"])
 
@@ -59,52 +80,101 @@ def fmt(values: list[float] | None) -> str:
     return f"{mean:.{digits}f} ± {std:.{digits}f}" if len(values) > 1 else f"{mean:.{digits}f}"
 
 
-def headline(result: dict[str, Any]) -> tuple[str, str, str, str]:
-    """(metric, baseline name, baseline numbers, method numbers) of the first criterion."""
-    crit = result["criteria"][0]["data"] if result.get("criteria") else {}
-    metric = crit.get("metric") or next(iter(result["metrics"]), "")
-    baseline = crit.get("baseline") or (result["baselines"][0] if result["baselines"] else "")
-    arms = result["metrics"].get(metric, {})
-    return (
-        metric,
-        baseline or "-",
-        fmt(arms.get(baseline)) if baseline else "-",
-        fmt(arms.get(result["method"])),
-    )
+def _num(value: Any, digits: int = 3) -> str:
+    if isinstance(value, str):
+        return value
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return "-"
+    if not math.isfinite(value):
+        return str(value)
+    return _fmt_number(value) if value != 0 and (abs(value) >= 1e4 or abs(value) < 1e-3) else f"{value:.{digits}f}"
+
+
+def _find(result: dict[str, Any], key: str | None) -> dict[str, Any] | None:
+    for entry in (*result.get("premises", []), *result.get("criteria", [])):
+        if entry.get("key") == key:
+            return entry
+    return None
+
+
+def deciding(result: dict[str, Any]) -> dict[str, Any] | None:
+    """The criterion (or premise) that decided the verdict; for schema-1 results, the first failing one."""
+    found = _find(result, result.get("deciding"))
+    if found is not None:
+        return found
+    crits = result.get("criteria", [])
+    failing = [c for c in crits if c.get("verdict") != "reproduced"]
+    return (failing or crits or [None])[0]
+
+
+def describe_numbers(result: dict[str, Any], entry: dict[str, Any] | None) -> str:
+    """``metric: arm m ± s vs baseline m ± s (L=.., margin ..)`` for one judged criterion."""
+    if entry is None:
+        return "-"
+    data, nums = entry.get("data", {}), entry.get("numbers", {})
+    metric = data.get("metric", "?")
+    arm = data.get("arm") or result.get("method")
+    arms = result.get("metrics", {}).get(metric, {})
+    text = f"{entry.get('key', '')} [{metric}]: {arm} {fmt(arms.get(arm))}"
+    if data.get("baseline"):
+        text += f" vs {data['baseline']} {fmt(arms.get(data['baseline']))}"
+    if entry.get("error"):
+        return text + f" (error: {entry['error']})"
+    if data.get("type") == "Within":
+        text += f"; |d| bounds [{_num(nums.get('lower_abs'))}, {_num(nums.get('upper_abs'))}] vs tol {_num(nums.get('tolerance'))}"
+    elif data.get("type") == "Exact":
+        text += f"; min {_num(nums.get('min'))}, max {_num(nums.get('max'))}, expected {_num(nums.get('expected'))}"
+    elif "lower_bound" in nums:
+        target = nums.get("margin", nums.get("threshold"))
+        what = "d" if data.get("type") == "Better" else "value"
+        text += f"; {what} L={_num(nums.get('lower_bound'))} U={_num(nums.get('upper_bound'))} vs {_num(target)}"
+    return text
+
+
+def verdict_text(result: dict[str, Any]) -> str:
+    verdict = result.get("verdict", "?")
+    reason = result.get("verdict_reason")
+    if verdict == "inconclusive" and reason:
+        return f"{verdict} ({reason})"
+    return verdict
+
+
+def wall_text(result: dict[str, Any]) -> str:
+    warm = result.get("wall_s", math.nan)
+    cold = result.get("cold_wall_s", warm)
+    return f"{warm:.0f} s" if abs(cold - warm) < 0.5 else f"{warm:.0f} s (cold {cold:.0f} s)"
+
+
+def warnings_of(result: dict[str, Any]) -> list[str]:
+    out = list(result.get("warnings", []))
+    if result.get("schema") == 1:
+        out.insert(0, "schema 1: not rerun under the v2 rules (no premises, asymmetric decision)")
+        if result.get("over_budget"):
+            out.append("over budget")
+    prov = result.get("provenance") or {}
+    if prov.get("dirty") and not any(w.startswith("dirty") for w in out):
+        out.append("dirty")
+    return out
 
 
 def summary_rows(results: list[dict[str, Any]]) -> list[list[str]]:
     rows = []
     for r in results:
-        metric, baseline, base_num, meth_num = headline(r)
-        flag = " (over budget)" if r.get("over_budget") else ""
+        warn = warnings_of(r)
         rows.append(
             [
-                r["slug"],
-                r["claim"],
-                metric,
-                f"{baseline}: {base_num}",
-                f"{r['method']}: {meth_num}",
+                f"[{r['slug']}](#{r['slug']})",
+                verdict_text(r),
+                describe_numbers(r, deciding(r)),
                 str(len(r["seeds"])),
-                "; ".join(c["text"] for c in r["criteria"]),
-                r["verdict"],
-                f"{r['wall_s']:.0f} s{flag}",
+                wall_text(r),
+                "; ".join(w.split(":")[0] for w in warn) or "-",
             ]
         )
     return rows
 
 
-SUMMARY_HEADER = [
-    "method",
-    "paper claim",
-    "metric",
-    "baseline",
-    "method",
-    "seeds",
-    "criterion",
-    "verdict",
-    "wall",
-]
+SUMMARY_HEADER = ["method", "verdict", "deciding criterion", "seeds", "wall", "warnings"]
 
 
 def default_plots(result: dict[str, Any], folder: Path) -> list[Path]:
@@ -220,30 +290,85 @@ def _fmt_number(value: Any) -> str:
     return f"{value:.4g}"
 
 
+def judged_rows(result: dict[str, Any], entries: list[dict[str, Any]]) -> list[list[str]]:
+    rows = []
+    for c in entries:
+        n = c.get("numbers", {})
+        rows.append(
+            [
+                c.get("key", ""),
+                c.get("text", ""),
+                c.get("verdict", ""),
+                _num(n.get("n"), 0),
+                _num(n.get("mean")),
+                _num(n.get("std")),
+                _num(n.get("lower_bound", n.get("lower_abs"))),
+                _num(n.get("upper_bound", n.get("upper_abs"))),
+                _num(n.get("mde")),
+                c.get("error", ""),
+            ]
+        )
+    return rows
+
+
+JUDGED_HEADER = ["key", "criterion", "verdict", "n", "mean", "sd", "L", "U", "mde", "error"]
+
+
+def headline_rows(result: dict[str, Any]) -> list[list[str]]:
+    rows = []
+    for h in result.get("headlines", []):
+        if h.get("untested"):
+            rows.append([h["text"], "-", "untested: " + h["untested"]])
+        else:
+            tested = ", ".join(f"{k} ({v})" for k, v in h.get("verdicts", {}).items())
+            rows.append([h["text"], tested, h.get("status", "")])
+    return rows
+
+
+def _split_criteria(result: dict[str, Any]) -> tuple[list[dict], list[dict]]:
+    crits = result.get("criteria", [])
+    evidence = [c for c in crits if c.get("kind", "evidence") == "evidence"]
+    design = [c for c in crits if c.get("kind") == "design"]
+    return evidence, design
+
+
 def _section_md(r: dict[str, Any], plots: list[Path], base: Path) -> str:
-    arms = [r["method"], *r["baselines"]]
+    arms = [r["method"], *r["baselines"], *r.get("references", [])]
     rows = [[name] + [fmt(values.get(a)) for a in arms] for name, values in r["metrics"].items()]
-    crit_rows = [
-        [c["text"], c["verdict"], json.dumps({k: round(v, 4) for k, v in c["numbers"].items()})]
-        for c in r["criteria"]
-    ]
     env = r.get("env", {})
+    prov = r.get("provenance") or {"commit": env.get("git", {}).get("commit"), "dirty": env.get("git", {}).get("dirty")}
+    evidence, design = _split_criteria(r)
     lines = [
+        f'<a id="{r["slug"]}"></a>',
+        "",
         f"## {r['title']}",
         "",
         f"**Claim.** {r['claim']}  ",
-        f"**Verdict ({r['profile']}, seeds {r['seeds']}).** {r['verdict']}  ",
+        f"**Verdict ({r['profile']}, seeds {r['seeds']}).** {verdict_text(r)}; deciding: "
+        f"{describe_numbers(r, deciding(r))}  ",
         f"**Paper.** seed `{r['paper'].get('seed')}`, paragraph {r['paper'].get('paragraph')}  ",
         f"**Rerun.** `{r['command']}`  ",
-        f"**Wall time.** {r['wall_s']:.1f} s (budget {r['budget_s']:.0f} s"
+        f"**Wall time.** {wall_text(r)} (budget {r['budget_s']:.0f} s"
         + ("; OVER BUDGET)" if r.get("over_budget") else ")")
-        + f"; commit {env.get('git', {}).get('commit')}",
-        "",
-        _md_table(["metric", *arms], rows),
-        "",
-        _md_table(["criterion", "verdict", "numbers"], crit_rows),
+        + f"; commit {prov.get('commit')}, dirty {prov.get('dirty')}"
+        + (f", claim {prov.get('claim_hash')}, config {prov.get('config_hash')}" if prov.get("claim_hash") else ""),
         "",
     ]
+    warn = warnings_of(r)
+    if warn:
+        lines += ["**Warnings.** " + "; ".join(warn), ""]
+    if r.get("premises"):
+        lines += ["**Premises** (the testbed must show these before any comparison means anything).", ""]
+        lines += [_md_table(JUDGED_HEADER, judged_rows(r, r["premises"])), ""]
+    lines += ["**Evidence criteria.**", "", _md_table(JUDGED_HEADER, judged_rows(r, evidence)), ""]
+    if design:
+        lines += ["**Design checks** (hold by construction; checked for bugs).", ""]
+        lines += [_md_table(JUDGED_HEADER, judged_rows(r, design)), ""]
+    if r.get("headlines"):
+        lines += ["**The paper's headlines.**", "", _md_table(["headline", "tested by", "status"], headline_rows(r)), ""]
+    if r.get("items"):
+        lines += ["**Items per seed.** " + ", ".join(f"{k}: {v}" for k, v in r["items"].items()), ""]
+    lines += [_md_table(["metric", *arms], rows), ""]
     for label, key in (
         ("Implemented", "implemented"),
         ("Differences from the paper", "differences"),
@@ -270,12 +395,15 @@ def build_report(results_dir: Path, out_dir: Path | None = None) -> tuple[Path, 
     counts = {
         v: sum(r["verdict"] == v for r in results) for v in ("reproduced", "not reproduced", "inconclusive")
     }
+    testbed = sum(r.get("verdict_reason") == "testbed" for r in results)
     intro = [
         "# neurips26 claim-check report",
         "",
         f"{len(results)} claim checks from `{results_dir}`: "
         + ", ".join(f"{n} {v}" for v, n in counts.items())
-        + ".",
+        + (f" ({testbed} of them because a premise of the testbed does not hold)" if testbed else "")
+        + ". Each line names the criterion that decided the verdict; every claim's section lists its "
+        "premises, criteria, design checks and the paper's headlines.",
         "",
     ]
     rows = summary_rows(results)
@@ -294,9 +422,23 @@ def _img(path: Path) -> str:
     return f'<img alt="{html.escape(path.stem)}" src="data:image/png;base64,{data}"/>'
 
 
-def _html_table(header: list[str], rows: list[list[str]]) -> str:
+def _link_cell(cell: str) -> str:
+    if cell.startswith("[") and "](#" in cell:
+        label, anchor = cell[1:].split("](#", 1)
+        return f'<a href="#{html.escape(anchor.rstrip(")"))}">{html.escape(label)}</a>'
+    return html.escape(str(cell))
+
+
+def _html_rows(header: list[str], rows: list[list[str]], link_first: bool = False) -> str:
     head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>" for row in rows)
+    body = "".join(
+        "<tr>"
+        + "".join(
+            f"<td>{_link_cell(c) if (link_first and i == 0) else html.escape(str(c))}</td>" for i, c in enumerate(row)
+        )
+        + "</tr>"
+        for row in rows
+    )
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
@@ -304,35 +446,42 @@ def _html(results: list[dict[str, Any]], rows: list[list[str]], plots: dict[str,
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'><title>neurips26 report</title><style>",
         "body{font-family:sans-serif;max-width:1200px;margin:auto;padding:1em}"
-        "table{border-collapse:collapse;font-size:12px;margin:.5em 0}td,th{border:1px solid #ccc;padding:3px 6px}"
-        "img{max-width:100%;margin:.3em}.reproduced{color:#070}.not{color:#a00}",
+        "table{border-collapse:collapse;font-size:12px;margin:.5em 0}td,th{border:1px solid #ccc;padding:3px 6px;vertical-align:top}"
+        "img{max-width:100%;margin:.3em}.warn{color:#a60}",
         "</style></head><body><h1>neurips26 claim-check report</h1>",
-        _html_table(SUMMARY_HEADER, rows),
+        _html_rows(SUMMARY_HEADER, rows, link_first=True),
     ]
     for r in results:
-        arms = [r["method"], *r["baselines"]]
+        arms = [r["method"], *r["baselines"], *r.get("references", [])]
+        evidence, design = _split_criteria(r)
         parts.append(f"<h2 id='{html.escape(r['slug'])}'>{html.escape(r['title'])}</h2>")
         parts.append(
             f"<p><b>Claim.</b> {html.escape(r['claim'])}<br/><b>Verdict ({r['profile']}, seeds "
-            f"{r['seeds']}).</b> {html.escape(r['verdict'])}<br/><b>Rerun.</b> "
+            f"{r['seeds']}).</b> {html.escape(verdict_text(r))}; deciding: {html.escape(describe_numbers(r, deciding(r)))}"
+            f"<br/><b>Wall.</b> {html.escape(wall_text(r))}<br/><b>Rerun.</b> "
             f"<code>{html.escape(r['command'])}</code></p>"
         )
+        warn = warnings_of(r)
+        if warn:
+            parts.append(f"<p class='warn'><b>Warnings.</b> {html.escape('; '.join(warn))}</p>")
+        if r.get("premises"):
+            parts.append("<p><b>Premises</b></p>" + _html_rows(JUDGED_HEADER, judged_rows(r, r["premises"])))
+        parts.append("<p><b>Evidence criteria</b></p>" + _html_rows(JUDGED_HEADER, judged_rows(r, evidence)))
+        if design:
+            parts.append("<p><b>Design checks</b></p>" + _html_rows(JUDGED_HEADER, judged_rows(r, design)))
+        if r.get("headlines"):
+            parts.append("<p><b>The paper's headlines</b></p>" + _html_rows(["headline", "tested by", "status"], headline_rows(r)))
         parts.append(
-            _html_table(
-                ["metric", *arms], [[n] + [fmt(v.get(a)) for a in arms] for n, v in r["metrics"].items()]
-            )
-        )
-        parts.append(
-            _html_table(["criterion", "verdict"], [[c["text"], c["verdict"]] for c in r["criteria"]])
+            _html_rows(["metric", *arms], [[n] + [fmt(v.get(a)) for a in arms] for n, v in r["metrics"].items()])
         )
         for label, key in (("Implemented", "implemented"), ("Differences", "differences"), ("Data", "data")):
             if r.get(key):
                 parts.append(f"<p><b>{label}.</b> {html.escape(r[key])}</p>")
         for name, header, table in benchmark_tables(r):
             parts.append(f"<p><b>Benchmark <code>{html.escape(name)}</code></b></p>")
-            parts.append(_html_table(header, table))
+            parts.append(_html_rows(header, table))
         parts += [_img(p) for p in plots[r["slug"]]]
-    parts.append("<h2>Glossary</h2><dl>")
+    parts.append("<h2 id='glossary'>Glossary</h2><dl>")
     parts += [
         f"<dt><b>{html.escape(k)}</b></dt><dd>{html.escape(v)}</dd>" for k, v in glossary(results).items()
     ]
