@@ -1,0 +1,401 @@
+"""Shared knowledge-graph substrate: real splits shipped by PyKEEN, a synthetic community KG, filtered ranking.
+
+Written once and reused by the KG methods (``neurips26.kg.*``). Nothing is downloaded.
+
+Real data
+---------
+PyKEEN's wheel ships the Nations, Kinships and UMLS splits as tab-separated ``head relation tail``
+files (``pykeen/datasets/<name>/{train,valid,test}.txt``). :func:`load_pykeen_dataset` reads them
+straight from the installed package (found with :func:`importlib.util.find_spec`, so ``pykeen`` itself
+is never imported and nothing is written under ``HOME``). Entity and relation ids follow PyKEEN's
+``TriplesFactory`` convention: the sorted names of the training split (every entity and relation of
+the three datasets occurs in training; a name that does not raises).
+
+Synthetic community KG
+----------------------
+:func:`community_kg` draws ``N`` entities in communities of about ``community_size``; base triples
+``(h, r, t)`` pick ``h`` uniformly, ``t`` inside ``h``'s community with probability ``intra`` (else
+uniformly) and ``r`` among the base relations; a few compositional rules ``r_c = r_a \\circ r_b`` add
+``(h, r_c, t)`` for sampled two-hop paths ``h -r_a-> m -r_b-> t``, so the relations are learnable.
+
+Filtered ranking
+----------------
+For a query ``(h, r, ?)`` with true tail ``t`` and scores ``s``, every *other* known true tail
+``t' \\ne t`` (from all splits) is removed from the candidate list and the rank is PyKEEN's
+*realistic* rank, the mean of the optimistic and pessimistic ranks:
+
+.. math::
+    \\mathrm{rank} = 1 + \\#\\{e \\notin F: s_e > s_t\\} + \\tfrac12 \\#\\{e \\notin F \\cup \\{t\\}: s_e = s_t\\},
+
+with ``F`` the filtered set. MRR is the mean of ``1 / rank``; Hits@k the fraction with ``rank <= k``.
+The test suite checks both against :class:`pykeen.evaluation.RankBasedEvaluator` on the same scores.
+
+Inverse relations
+-----------------
+Conditional message passing and query answering use relations ``0..R-1`` plus inverses ``R..2R-1``:
+every triple ``(h, r, t)`` also yields ``(t, r + R, h)`` (:func:`add_inverse`).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from neurips26.common.checks import check_choice, check_float, check_int, check_shape
+
+__all__ = [
+    "PYKEEN_DATASETS",
+    "KGSplits",
+    "load_pykeen_dataset",
+    "community_kg",
+    "add_inverse",
+    "check_triples",
+    "check_queries",
+    "known_tails",
+    "positive_mask",
+    "filtered_ranks",
+    "ranking_metrics",
+    "in_degree",
+]
+
+PYKEEN_DATASETS = ("nations", "kinships", "umls")
+
+
+@dataclass
+class KGSplits:
+    """A knowledge graph split into train/valid/test triples.
+
+    Attributes
+    ----------
+    name : str
+        Dataset name.
+    num_entities, num_relations : int
+        Entity ids lie in ``[0, num_entities)``, relation ids in ``[0, num_relations)`` (no inverses).
+    train, valid, test : Tensor
+        ``[T, 3]`` long tensors of ``(head, relation, tail)``.
+    entity_names, relation_names : list of str, optional
+        Names by id (real datasets); ``None`` for synthetic graphs.
+    community : Tensor, optional
+        ``[num_entities]`` latent community of each entity (synthetic graphs).
+    """
+
+    name: str
+    num_entities: int
+    num_relations: int
+    train: Tensor
+    valid: Tensor
+    test: Tensor
+    entity_names: list[str] | None = None
+    relation_names: list[str] | None = None
+    community: Tensor | None = None
+
+    def all_triples(self) -> Tensor:
+        """``[T, 3]``: train, valid and test stacked."""
+        return torch.cat([self.train, self.valid, self.test])
+
+    def graph(self, split: str = "train") -> tuple[Tensor, Tensor]:
+        """``(edge_index [2, 2T], edge_type [2T])`` of a split with inverse relations added."""
+        check_choice("split", split, ("train", "train+valid", "all"))
+        triples = {"train": self.train, "train+valid": torch.cat([self.train, self.valid]), "all": self.all_triples()}
+        return add_inverse(triples[split], self.num_relations)
+
+
+def _pykeen_folder(name: str) -> Path:
+    spec = importlib.util.find_spec("pykeen")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("the PyKEEN datasets need the 'pykeen' package (install the kg extra)")
+    return Path(next(iter(spec.submodule_search_locations))) / "datasets" / name
+
+
+def _read_tsv(path: Path) -> list[tuple[str, str, str]]:
+    rows = []
+    for line in path.read_text().splitlines():
+        if line.strip():
+            parts = line.split("\t")
+            if len(parts) != 3:
+                raise ValueError(f"{path}: expected 3 tab-separated fields, got {line!r}")
+            rows.append((parts[0], parts[1], parts[2]))
+    return rows
+
+
+def load_pykeen_dataset(name: str) -> KGSplits:
+    """Read one of PyKEEN's bundled datasets (``nations``, ``kinships``, ``umls``) from the wheel.
+
+    Parameters
+    ----------
+    name : str
+        One of :data:`PYKEEN_DATASETS`.
+
+    Returns
+    -------
+    KGSplits
+        Ids as PyKEEN's ``TriplesFactory`` assigns them (sorted training names).
+    """
+    check_choice("name", name, PYKEEN_DATASETS)
+    folder = _pykeen_folder(name)
+    rows = {split: _read_tsv(folder / f"{split}.txt") for split in ("train", "valid", "test")}
+    entities = sorted({x for h, _, t in rows["train"] for x in (h, t)})
+    relations = sorted({r for _, r, _ in rows["train"]})
+    ent_id = {e: i for i, e in enumerate(entities)}
+    rel_id = {r: i for i, r in enumerate(relations)}
+
+    def encode(split: str) -> Tensor:
+        try:
+            ids = [(ent_id[h], rel_id[r], ent_id[t]) for h, r, t in rows[split]]
+        except KeyError as err:
+            raise ValueError(f"{name}/{split}: {err.args[0]!r} does not occur in the training split") from None
+        return torch.tensor(ids, dtype=torch.long).view(-1, 3)
+
+    return KGSplits(
+        name=name,
+        num_entities=len(entities),
+        num_relations=len(relations),
+        train=encode("train"),
+        valid=encode("valid"),
+        test=encode("test"),
+        entity_names=entities,
+        relation_names=relations,
+    )
+
+
+def community_kg(
+    num_entities: int,
+    *,
+    community_size: int = 100,
+    intra: float = 0.95,
+    num_relations: int = 20,
+    num_rules: int = 4,
+    avg_out_degree: float = 3.0,
+    rule_fraction: float = 0.3,
+    valid_fraction: float = 0.05,
+    test_fraction: float = 0.05,
+    seed: int = 0,
+) -> KGSplits:
+    """Sparse synthetic KG with community structure and compositional rules.
+
+    Parameters
+    ----------
+    num_entities : int
+        ``N >= 2``.
+    community_size : int, default 100
+        Entities per community (the last one takes the remainder).
+    intra : float, default 0.95
+        Probability that a base triple stays inside the head's community.
+    num_relations : int, default 20
+        ``R``; the last ``num_rules`` relations are rule heads ``r_c = r_a \\circ r_b``.
+    num_rules : int, default 4
+        Compositional rules (``0 <= num_rules < num_relations``).
+    avg_out_degree : float, default 3.0
+        Triples per entity (before deduplication).
+    rule_fraction : float, default 0.3
+        Share of the triple budget produced by rules (by sampling two-hop paths).
+    valid_fraction, test_fraction : float, default 0.05
+        Held-out shares, drawn uniformly at random.
+    seed : int, default 0
+        Everything is a function of the seed.
+
+    Returns
+    -------
+    KGSplits
+        With ``community`` set.
+    """
+    n = check_int("num_entities", num_entities, low=2)
+    cs = check_int("community_size", community_size, low=1)
+    check_float("intra", intra, 0.0, 1.0)
+    nr = check_int("num_relations", num_relations, low=1)
+    nrule = check_int("num_rules", num_rules, low=0, high=nr - 1)
+    check_float("avg_out_degree", avg_out_degree, 0.0, low_open=True)
+    check_float("rule_fraction", rule_fraction, 0.0, 1.0, high_open=True)
+    check_float("valid_fraction", valid_fraction, 0.0, 0.5)
+    check_float("test_fraction", test_fraction, 0.0, 0.5)
+    check_int("seed", seed, low=0)
+    rng = np.random.default_rng(seed)
+    comm = np.minimum(np.arange(n) // cs, max((n - 1) // cs, 0))
+    num_comm = int(comm.max()) + 1
+    members = [np.flatnonzero(comm == c) for c in range(num_comm)]
+    total = int(round(n * avg_out_degree))
+    n_rule = int(round(total * rule_fraction)) if nrule else 0
+    n_base = max(total - n_rule, 1)
+    base_rel = nr - nrule
+    h = rng.integers(0, n, n_base)
+    stay = rng.random(n_base) < intra
+    t = rng.integers(0, n, n_base)
+    for i in np.flatnonzero(stay):
+        group = members[comm[h[i]]]
+        t[i] = group[rng.integers(0, len(group))]
+    r = rng.integers(0, base_rel, n_base)
+    triples = [np.stack([h, r, t], 1)]
+    if nrule:
+        # rule c: r_c = r_a o r_b with (a, b) distinct base relations
+        pairs = [tuple(rng.choice(base_rel, 2, replace=base_rel < 2)) for _ in range(nrule)]
+        base = triples[0]
+        by_head_rel: dict[tuple[int, int], list[int]] = {}
+        for hh, rr, tt in base:
+            by_head_rel.setdefault((int(hh), int(rr)), []).append(int(tt))
+        out = []
+        per_rule = max(n_rule // nrule, 1)
+        for c, (a, b) in enumerate(pairs):
+            first = base[base[:, 1] == a]
+            if len(first) == 0:
+                continue
+            for idx in rng.integers(0, len(first), per_rule * 2):
+                hh, _, mm = first[idx]
+                tails = by_head_rel.get((int(mm), int(b)))
+                if tails:
+                    out.append((hh, base_rel + c, tails[rng.integers(0, len(tails))]))
+                if len(out) >= per_rule * (c + 1):
+                    break
+        if out:
+            triples.append(np.asarray(out, dtype=np.int64).reshape(-1, 3))
+    allt = np.unique(np.concatenate(triples), axis=0)
+    allt = allt[allt[:, 0] != allt[:, 2]]
+    allt = allt[rng.permutation(len(allt))]
+    n_valid, n_test = int(len(allt) * valid_fraction), int(len(allt) * test_fraction)
+    tt = torch.as_tensor(allt, dtype=torch.long)
+    return KGSplits(
+        name=f"community_kg_n{n}_s{seed}",
+        num_entities=n,
+        num_relations=nr,
+        train=tt[n_valid + n_test :],
+        valid=tt[:n_valid],
+        test=tt[n_valid : n_valid + n_test],
+        community=torch.as_tensor(comm, dtype=torch.long),
+    )
+
+
+def check_triples(name: str, triples: Tensor, num_entities: int, num_relations: int) -> Tensor:
+    """Validate a ``[T, 3]`` long tensor of ``(h, r, t)``; ids must be in range."""
+    if not isinstance(triples, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(triples).__name__}")
+    check_shape(name, triples, (None, 3))
+    if triples.dtype != torch.long:
+        raise TypeError(f"{name} must be a long tensor, got {triples.dtype}")
+    if triples.numel():
+        for col, what, hi in ((0, "head", num_entities), (1, "relation", num_relations), (2, "tail", num_entities)):
+            bad = (triples[:, col] < 0) | (triples[:, col] >= hi)
+            if bad.any():
+                raise ValueError(
+                    f"{name}: {what} id {int(triples[bad.nonzero()[0, 0], col])} outside [0, {hi})"
+                )
+    return triples
+
+
+def check_queries(queries: Tensor, num_entities: int, num_relations: int, name: str = "queries") -> Tensor:
+    """Validate a ``[B, 2]`` long tensor of ``(head, relation)`` with ``B >= 1``.
+
+    ``num_relations`` is the number of relation ids the caller accepts (``2R`` with inverses).
+    """
+    if not isinstance(queries, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(queries).__name__}")
+    check_shape(name, queries, (None, 2))
+    if queries.dtype != torch.long:
+        raise TypeError(f"{name} must be a long tensor, got {queries.dtype}")
+    if queries.shape[0] == 0:
+        raise ValueError(f"{name} must hold at least one query, got an empty batch")
+    bad_h = (queries[:, 0] < 0) | (queries[:, 0] >= num_entities)
+    if bad_h.any():
+        raise ValueError(f"{name}: head id {int(queries[bad_h, 0][0])} outside [0, {num_entities})")
+    bad_r = (queries[:, 1] < 0) | (queries[:, 1] >= num_relations)
+    if bad_r.any():
+        raise ValueError(f"{name}: relation id {int(queries[bad_r, 1][0])} outside [0, {num_relations})")
+    return queries
+
+
+def add_inverse(triples: Tensor, num_relations: int) -> tuple[Tensor, Tensor]:
+    """Edges of ``triples`` plus their inverses.
+
+    Returns
+    -------
+    edge_index : Tensor
+        ``[2, 2T]``: ``(h -> t)`` edges first, then ``(t -> h)``.
+    edge_type : Tensor
+        ``[2T]``: ``r`` for the forward edges, ``r + num_relations`` for the inverses.
+    """
+    check_shape("triples", triples, (None, 3))
+    check_int("num_relations", num_relations, low=1)
+    h, r, t = triples.t()
+    edge_index = torch.stack([torch.cat([h, t]), torch.cat([t, h])])
+    edge_type = torch.cat([r, r + num_relations])
+    return edge_index, edge_type
+
+
+def in_degree(edge_index: Tensor, num_nodes: int) -> Tensor:
+    """``[num_nodes]`` float in-degree (number of edges ending at each node)."""
+    return torch.bincount(edge_index[1], minlength=num_nodes).to(torch.float32)
+
+
+def known_tails(*triple_sets: Tensor, num_relations: int, inverse: bool = True) -> dict[tuple[int, int], set[int]]:
+    """Index ``(h, r) -> {t}`` over the given triple sets (the filter of the filtered protocol).
+
+    With ``inverse=True`` every triple also registers ``(t, r + num_relations) -> h``, so head
+    prediction can be asked as tail prediction with an inverse relation.
+    """
+    index: dict[tuple[int, int], set[int]] = {}
+    for triples in triple_sets:
+        for h, r, t in triples.tolist():
+            index.setdefault((h, r), set()).add(t)
+            if inverse:
+                index.setdefault((t, r + num_relations), set()).add(h)
+    return index
+
+
+def positive_mask(queries: Tensor, known: dict[tuple[int, int], set[int]], num_entities: int) -> Tensor:
+    """``[B, N]`` bool: the known true tails of each ``(h, r)`` query."""
+    mask = torch.zeros(queries.shape[0], num_entities, dtype=torch.bool)
+    for i, (h, r) in enumerate(queries.tolist()):
+        tails = known.get((h, r))
+        if tails:
+            mask[i, list(tails)] = True
+    return mask
+
+
+def filtered_ranks(scores: Tensor, targets: Tensor, filter_mask: Tensor | None = None) -> Tensor:
+    """Realistic filtered rank of each target (PyKEEN's default rank type).
+
+    Parameters
+    ----------
+    scores : Tensor
+        ``[B, N]`` scores, higher is better; must be finite.
+    targets : Tensor
+        ``[B]`` long: the true entity of each row.
+    filter_mask : Tensor, optional
+        ``[B, N]`` bool of known true entities; all of them except the row's target are removed.
+
+    Returns
+    -------
+    Tensor
+        ``[B]`` float ranks in ``[1, N]`` (halves where ties are split).
+    """
+    if scores.dim() != 2:
+        raise ValueError(f"scores must have shape (B, N), got {tuple(scores.shape)}")
+    check_shape("targets", targets, (scores.shape[0],))
+    if not torch.isfinite(scores).all():
+        raise ValueError("scores contains NaN or inf")
+    if ((targets < 0) | (targets >= scores.shape[1])).any():
+        raise ValueError(f"targets must lie in [0, {scores.shape[1]})")
+    rows = torch.arange(scores.shape[0])
+    true = scores[rows, targets].unsqueeze(1)
+    keep = torch.ones_like(scores, dtype=torch.bool)
+    if filter_mask is not None:
+        check_shape("filter_mask", filter_mask, tuple(scores.shape))
+        keep = ~filter_mask.bool()
+    keep[rows, targets] = False
+    greater = ((scores > true) & keep).sum(1)
+    equal = ((scores == true) & keep).sum(1)
+    return 1.0 + greater.to(torch.float64) + 0.5 * equal.to(torch.float64)
+
+
+def ranking_metrics(ranks: Tensor, ks: tuple[int, ...] = (1, 3, 10)) -> dict[str, float]:
+    """``{"mrr": mean 1/rank, "hits@k": mean 1[rank <= k]}`` over a ``[B]`` rank tensor."""
+    if ranks.numel() == 0:
+        raise ValueError("ranks must not be empty")
+    ranks = ranks.to(torch.float64)
+    out = {"mrr": float((1.0 / ranks).mean())}
+    for k in ks:
+        out[f"hits@{k}"] = float((ranks <= k).to(torch.float64).mean())
+    return out

@@ -1,0 +1,192 @@
+"""Tests of CoRF: exactness against the full graph, planner invariants, LPT, bad input."""
+
+import itertools
+import random
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch_geometric.data import Data
+
+from neurips26.common.kg import add_inverse, in_degree
+from neurips26.kg.corf import (
+    CoRF,
+    CoRFExecutor,
+    FullGraphExecutor,
+    NBFNetLite,
+    ReceptiveSupportPlanner,
+    SubgraphExecutor,
+    lpt_assign,
+    makespan,
+    receptive_field,
+    round_robin_assign,
+    train_cmp,
+)
+
+R = 3  # relations before inverses
+
+
+def random_kg(n, m, seed):
+    gen = torch.Generator().manual_seed(seed)
+    triples = torch.stack(
+        [torch.randint(0, n, (m,), generator=gen), torch.randint(0, R, (m,), generator=gen), torch.randint(0, n, (m,), generator=gen)],
+        1,
+    )
+    ei, et = add_inverse(triples, R)
+    return Data(edge_index=ei, edge_type=et, num_nodes=n)
+
+
+def model(layers, seed=0, **kw):
+    torch.manual_seed(seed)
+    return NBFNetLite(2 * R, hidden=8, num_layers=layers, **kw).eval()
+
+
+def queries(n, b, seed):
+    gen = torch.Generator().manual_seed(seed)
+    return torch.stack([torch.randint(0, n, (b,), generator=gen), torch.randint(0, 2 * R, (b,), generator=gen)], 1)
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    n=st.integers(4, 40), m=st.integers(1, 60), layers=st.integers(1, 3), seed=st.integers(0, 10_000),
+    budget=st.sampled_from([1.0, 2.0, 4.0, 8]),
+)
+def test_corf_equals_full_graph_and_subgraph(n, m, layers, seed, budget):
+    g = random_kg(n, m, seed)
+    mod = model(layers, seed)
+    q = queries(n, 9, seed + 1)
+    with torch.no_grad():
+        full = FullGraphExecutor(mod, batch_size=4).scores(q, g)
+        sub = SubgraphExecutor(mod, batch_size=4).scores(q, g)
+        ex = CoRFExecutor(mod, ReceptiveSupportPlanner(layers, node_budget=budget), batch_size=4)
+        corf = ex.scores(q, g)
+    assert torch.allclose(corf, full, atol=1e-5) and torch.allclose(sub, full, atol=1e-5)
+    assert ex.last_stats["exact"] and ex.last_stats["coverage"] + ex.last_stats["num_residual"] / 9 == pytest.approx(1)
+
+
+def test_unreached_candidates_get_closed_form_score():
+    # two components {0,1} and {2,3}: from head 0 entities 2, 3 are unreached
+    g = Data(edge_index=torch.tensor([[0, 1, 2, 3], [1, 0, 3, 2]]), edge_type=torch.tensor([0, 3, 1, 4]), num_nodes=4)
+    mod = model(2)
+    q = torch.tensor([[0, 2]])
+    with torch.no_grad():
+        s = CoRF(mod, ReceptiveSupportPlanner(2)).scores(q, g)
+        full = FullGraphExecutor(mod).scores(q, g)
+        const = mod.unreached_score(torch.tensor([2]))
+    assert torch.allclose(s[0, 2:], const.expand(2)) and torch.allclose(full[0, 2:], const.expand(2), atol=1e-6)
+
+
+def test_zero_preservation_and_non_progressive_refused():
+    g = random_kg(10, 12, 1)
+    mod = model(1)
+    with torch.no_grad():
+        # a head with no edges: its state is the boundary only; every other node keeps the zero state
+        iso = Data(edge_index=g.edge_index, edge_type=g.edge_type, num_nodes=11)
+        s = mod(iso.edge_index, iso.edge_type, torch.tensor([[10, 0]]), 11)
+        assert torch.allclose(s[0, :10], mod.unreached_score(torch.tensor([0])).expand(10))
+    vanilla = model(2, progressive=False)
+    with pytest.raises(ValueError, match="allow_approx"):
+        CoRFExecutor(vanilla, ReceptiveSupportPlanner(2))
+    CoRFExecutor(vanilla, ReceptiveSupportPlanner(2), allow_approx=True)  # accepted when asked
+    with pytest.raises(ValueError, match="allow_approx"):
+        CoRFExecutor(model(2), ReceptiveSupportPlanner(2, padding=1))
+
+
+def test_grouping_invariance():
+    g = random_kg(30, 45, 7)
+    mod = model(2, 3)
+    q = queries(30, 12, 8)
+    with torch.no_grad():
+        ref = FullGraphExecutor(mod).scores(q, g)
+        for budget, overlap, locality in itertools.product([1, 30], [0.0, 0.9], ["bfs", "none", "louvain"]):
+            ex = CoRFExecutor(mod, ReceptiveSupportPlanner(2, node_budget=budget, min_overlap=overlap, locality=locality), 5)
+            assert torch.allclose(ex.scores(q, g), ref, atol=1e-5), (budget, overlap, locality)
+
+
+def test_coverage_and_budgeted_mode():
+    g = random_kg(40, 60, 2)
+    q = queries(40, 16, 3)
+    fields, _ = receptive_field(g.edge_index, q[:, 0], 2, 40)
+    for padding in ("exact", 0, 1):
+        pl = ReceptiveSupportPlanner(2, node_budget=3.0, padding=padding)
+        sups, residual = pl.plan(q, g.edge_index, g.edge_type, 40)
+        seen = torch.cat([s.query_idx for s in sups] + [residual]).sort().values
+        assert seen.tolist() == list(range(16))  # every query exactly once
+        for s in sups:
+            mask = torch.zeros(40, dtype=torch.bool)
+            mask[s.nodes] = True
+            for qi in s.query_idx.tolist():
+                assert not (fields[qi] & ~mask).any()  # full receptive field inside its support
+            assert torch.equal(s.in_degree, in_degree(g.edge_index, 40)[s.nodes])  # degree integrity
+        assert pl.last_stats["coverage"] == pytest.approx(1 - residual.numel() / 16)
+    # budgeted (approximate) executor still returns the exact scores through residual compensation
+    mod = model(2)
+    with torch.no_grad():
+        ex = CoRFExecutor(mod, ReceptiveSupportPlanner(2, padding=0), allow_approx=True)
+        assert torch.allclose(ex.scores(q, g), FullGraphExecutor(mod).scores(q, g), atol=1e-5)
+
+
+def test_redundancy_ratio():
+    # two disjoint components, one query head in each: rho = 1
+    g = Data(edge_index=torch.tensor([[0, 1, 2, 3], [1, 0, 3, 2]]), edge_type=torch.tensor([0, 3, 0, 3]), num_nodes=4)
+    pl = ReceptiveSupportPlanner(1)
+    pl.plan(torch.tensor([[0, 0], [2, 0]]), g.edge_index, g.edge_type, 4)
+    assert pl.last_stats["rho"] == 1.0
+    pl.plan(torch.tensor([[0, 0], [1, 1], [0, 2]]), g.edge_index, g.edge_type, 4)
+    assert pl.last_stats["rho"] == 3.0  # three queries, all on the same 2 edges
+    g2 = random_kg(30, 50, 4)
+    pl.plan(queries(30, 20, 5), g2.edge_index, g2.edge_type, 30)
+    assert pl.last_stats["rho"] >= 1.0
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.integers(0, 20), min_size=1, max_size=7), st.integers(1, 3))
+def test_lpt_bound_against_brute_force(costs, workers):
+    assign = lpt_assign(costs, workers)
+    assert sorted(j for jobs in assign for j in jobs) == list(range(len(costs)))
+    opt = min(
+        makespan(costs, [[j for j, w in enumerate(ws) if w == k] for k in range(workers)])
+        for ws in itertools.product(range(workers), repeat=len(costs))
+    )
+    lpt = makespan(costs, assign)
+    assert lpt <= (4 / 3 - 1 / (3 * workers)) * opt + 1e-9
+    assert lpt >= max(costs)
+
+
+def test_lpt_beats_round_robin_example():
+    costs = [10, 1, 1, 1, 10, 1]
+    assert makespan(costs, lpt_assign(costs, 2)) == 12 < makespan(costs, round_robin_assign(6, 2))
+
+
+def test_training_is_executor_agnostic():
+    g = random_kg(20, 40, 9)
+    triples = torch.stack([g.edge_index[0, :40], g.edge_type[:40], g.edge_index[1, :40]], 1)
+    a, b = model(2, 1), model(2, 1)
+    la = train_cmp(FullGraphExecutor(a), triples, g, R, steps=3, batch_queries=4, num_negatives=4, seed=0)
+    lb = train_cmp(CoRFExecutor(b, ReceptiveSupportPlanner(2)), triples, g, R, steps=3, batch_queries=4, num_negatives=4, seed=0)
+    assert la["losses"] == pytest.approx(lb["losses"], abs=1e-5)
+    for pa, pb in zip(a.parameters(), b.parameters()):
+        assert torch.allclose(pa, pb, atol=1e-5)
+
+
+def test_bad_input():
+    g = random_kg(10, 10, 0)
+    mod = model(2)
+    ex = CoRFExecutor(mod, ReceptiveSupportPlanner(2))
+    with pytest.raises(ValueError, match="head id 10 outside"):
+        ex.scores(torch.tensor([[10, 0]]), g)
+    with pytest.raises(ValueError, match=r"relation id 6 outside \[0, 6\)"):
+        ex.scores(torch.tensor([[0, 6]]), g)
+    with pytest.raises(ValueError, match="empty batch"):
+        ex.scores(torch.zeros(0, 2, dtype=torch.long), g)
+    with pytest.raises(ValueError, match="num_hops"):
+        ReceptiveSupportPlanner(0)
+    with pytest.raises(ValueError, match="num_hops"):
+        receptive_field(g.edge_index, torch.tensor([0]), -1, 10)
+    with pytest.raises(ValueError, match="must equal model.num_layers"):
+        CoRFExecutor(mod, ReceptiveSupportPlanner(3))
+    with pytest.raises(TypeError, match="NBFNetLite"):
+        FullGraphExecutor(torch.nn.Linear(2, 2))
+    with pytest.raises(ValueError, match="costs"):
+        lpt_assign([1.0, -1.0], 2)
