@@ -515,6 +515,7 @@ def train_dho(
     unl_iter = _cycle(unlabeled_loader) if unlabeled_loader is not None else None
     backbone_params = [p for p in model.backbone.parameters() if p.requires_grad]
     history: dict[str, list[float]] = {"losses": [], "ce": [], "kd": [], "grad_cosine": []}
+    start = min(steps - 1, math.ceil(conflict_from * steps))
     model.train()
     for step in range(steps):
         batch = next(lab_iter)
@@ -533,7 +534,7 @@ def train_dho(
             out_u = model(augment(x_u) if augment else x_u)
         parts = loss(out_l, y, out_u, t_l, t_u)
         kd = parts["kd_labeled"] + parts["kd_unlabeled"]
-        if step >= conflict_from * steps and (step % conflict_every == 0) and 0.0 < loss.lam < 1.0:
+        if step >= start and (step - start) % conflict_every == 0 and 0.0 < loss.lam < 1.0:
             try:
                 history["grad_cosine"].append(
                     gradient_conflict({"ce": loss.lam * parts["ce"], "kd": (1 - loss.lam) * kd}, backbone_params)
@@ -544,9 +545,9 @@ def train_dho(
         parts["loss"].backward()
         optimizer.step()
         schedule.step()
-        history["losses"].append(float(parts["loss"]))
-        history["ce"].append(float(parts["ce"]))
-        history["kd"].append(float(kd))
+        history["losses"].append(parts["loss"].item())
+        history["ce"].append(parts["ce"].item())
+        history["kd"].append(kd.item())
     model.eval()
     if any(not math.isfinite(v) for v in history["losses"]):
         raise FloatingPointError("train_dho: the loss became NaN/inf; lower the learning rate")
