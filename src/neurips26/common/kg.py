@@ -61,6 +61,7 @@ __all__ = [
     "filtered_ranks",
     "ranking_metrics",
     "in_degree",
+    "zipf_queries",
 ]
 
 PYKEEN_DATASETS = ("nations", "kinships", "umls")
@@ -399,3 +400,46 @@ def ranking_metrics(ranks: Tensor, ks: tuple[int, ...] = (1, 3, 10)) -> dict[str
     for k in ks:
         out[f"hits@{k}"] = float((ranks <= k).to(torch.float64).mean())
     return out
+
+
+def zipf_queries(
+    triples: Tensor,
+    num_relations: int,
+    num_queries: int,
+    *,
+    pool_fraction: float = 0.1,
+    exponent: float = 1.1,
+    seed: int = 0,
+) -> tuple[Tensor, Tensor]:
+    """Tail-prediction queries whose heads follow a Zipf law over a pool of entities.
+
+    The candidates are ``triples`` and their inverses ``(t, r + R, h)``. A random ``pool_fraction``
+    of the candidate heads forms the pool; pool entity ``i`` (in random order) is drawn with
+    probability proportional to ``(i + 1)^{-exponent}``, then one of its candidate triples uniformly.
+    Popular heads repeat and neighbouring queries overlap, as in realistic query batches.
+
+    Returns
+    -------
+    queries : Tensor
+        ``[num_queries, 2]`` ``(head, relation)`` with relations in ``[0, 2R)``.
+    targets : Tensor
+        ``[num_queries]`` true tails.
+    """
+    check_shape("triples", triples, (None, 3))
+    check_int("num_queries", num_queries, low=1)
+    check_float("pool_fraction", pool_fraction, 0.0, 1.0, low_open=True)
+    check_float("exponent", exponent, 0.0)
+    rng = np.random.default_rng(check_int("seed", seed, low=0))
+    h, r, t = triples.t()
+    cand = torch.cat([torch.stack([h, r, t], 1), torch.stack([t, r + num_relations, h], 1)]).numpy()
+    heads = np.unique(cand[:, 0])
+    pool = rng.permutation(heads)[: max(1, int(round(pool_fraction * len(heads))))]
+    weights = 1.0 / np.arange(1, len(pool) + 1) ** exponent
+    chosen = pool[rng.choice(len(pool), num_queries, p=weights / weights.sum())]
+    order = np.argsort(cand[:, 0], kind="stable")
+    sorted_heads = cand[order, 0]
+    lo = np.searchsorted(sorted_heads, chosen, "left")
+    hi = np.searchsorted(sorted_heads, chosen, "right")
+    pick = order[lo + (rng.random(num_queries) * (hi - lo)).astype(np.int64)]
+    rows = torch.as_tensor(cand[pick], dtype=torch.long)
+    return rows[:, :2].contiguous(), rows[:, 2].contiguous()

@@ -522,6 +522,8 @@ class ReceptiveSupportPlanner:
             int ``p < L`` builds supports from p-hop fields (budgeted, approximate): queries whose
             L-hop field is not covered move to the residual set. (default: ``"exact"``)
         seed (int, optional): seed of the Louvain ordering. (default: ``0``)
+        redundancy (bool, optional): compute the redundancy ratio :math:`\\rho` in ``last_stats``
+            (a diagnostic over ``[64, E]`` masks, timed apart from planning). (default: ``True``)
     """
 
     def __init__(
@@ -532,8 +534,10 @@ class ReceptiveSupportPlanner:
         locality: str = "auto",
         padding: int | str = "exact",
         seed: int = 0,
+        redundancy: bool = True,
     ):
         self.num_hops = check_int("num_hops", num_hops, low=1)
+        self.redundancy = bool(redundancy)
         if isinstance(node_budget, bool) or not isinstance(node_budget, (int, float)) or node_budget <= 0:
             raise ValueError(f"node_budget must be a positive int (nodes) or float (x median field), got {node_budget!r}")
         self.node_budget = node_budget
@@ -545,6 +549,19 @@ class ReceptiveSupportPlanner:
         self.seed = check_int("seed", seed, low=0)
         self._order_cache: tuple | None = None
         self.last_stats: dict = {}
+
+    @staticmethod
+    def redundancy_ratio(fields: Tensor, inverse: Tensor, edge_index: Tensor) -> float:
+        """:math:`\\rho` from per-head receptive fields ``[U, N]`` and each query's head index ``[B]``."""
+        counts = torch.bincount(inverse, minlength=fields.shape[0])
+        src, dst = edge_index
+        field_edges = torch.zeros(fields.shape[0], dtype=torch.long)
+        union_mask = torch.zeros(edge_index.shape[1], dtype=torch.bool)
+        for s in range(0, fields.shape[0], 64):
+            inside = fields[s : s + 64][:, src] & fields[s : s + 64][:, dst]
+            field_edges[s : s + 64] = inside.sum(1)
+            union_mask |= inside.any(0)
+        return redundancy_ratio(field_edges, counts, int(union_mask.sum()))
 
     def _order(self, edge_index: Tensor, num_nodes: int) -> np.ndarray:
         how = "bfs" if self.locality == "auto" else self.locality
@@ -630,15 +647,7 @@ class ReceptiveSupportPlanner:
         plan_s = time.perf_counter() - t0
         # redundancy ratio (reported, timed separately)
         t1 = time.perf_counter()
-        counts = torch.bincount(inverse, minlength=heads.numel())
-        src, dst = edge_index
-        field_edges = torch.zeros(heads.numel(), dtype=torch.long)
-        union_mask = torch.zeros(edge_index.shape[1], dtype=torch.bool)
-        for s in range(0, heads.numel(), 64):
-            inside = fields[s : s + 64][:, src] & fields[s : s + 64][:, dst]
-            field_edges[s : s + 64] = inside.sum(1)
-            union_mask |= inside.any(0)
-        rho = redundancy_ratio(field_edges, counts, int(union_mask.sum()))
+        rho = self.redundancy_ratio(fields, inverse, edge_index) if self.redundancy else float("nan")
         self.last_stats = {
             "planning_s": plan_s,
             "rho_s": time.perf_counter() - t1,
@@ -748,6 +757,13 @@ class CoRFExecutor:
         so that supports of different sizes share one call); the support's edges are extracted once
         and copied by index offsets.
         """
+        if len(pack) == 1:  # one support: the [|g|, |S_g|, d] layout on its shared edge_index (step 7)
+            sup, idx = pack[0]
+            q = torch.stack([torch.searchsorted(sup.nodes, queries[idx, 0]), queries[idx, 1]], dim=1)
+            out[idx.unsqueeze(1), sup.nodes.unsqueeze(0)] = self.model(
+                sup.edge_index, sup.edge_type, q, sup.nodes.numel(), sup.in_degree
+            )
+            return idx.numel() * sup.edge_index.shape[1]
         nodes, ei, et, eq, nq, heads, rels, qpos, deg = [], [], [], [], [], [], [], [], []
         base, qbase = 0, 0
         for sup, idx in pack:
@@ -900,7 +916,7 @@ def train_cmp(
         opt.zero_grad()
         loss.backward()
         opt.step()
-        log.losses.append(float(loss))
+        log.losses.append(float(loss.detach()))
     model.eval()
     log.seconds = time.perf_counter() - t0
     return {"losses": log.losses, "seconds": log.seconds, "steps": steps}
