@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from neurips26.claims.adera import CLAIM, markov_tokens
+from neurips26.claims.base import judge_claim
 from neurips26.claims.runner import run_claim
 
 
@@ -28,6 +29,9 @@ def test_smoke_structure_and_determinism(tmp_path):
     assert "decision_s_mean" in info["adaptive_decision"]["gpu_like"]
     # training and every byte count are deterministic for a seed (timings are not metrics)
     assert first["metrics"] == second["metrics"]
+    assert first["verdict"] == judge_claim(CLAIM, first["metrics"])["verdict"]
+    assert m["loss_drop"]["adera"] == m["loss_drop"]["raw"]  # bit-exact gathers: the same training run
+    assert 0.0 <= m["exponent_change_rate"]["adera"][0] <= 1.0
     assert first["curves"]["loss"] == second["curves"]["loss"]
     assert first["curves"]["exponent_change_rate"] == second["curves"]["exponent_change_rate"]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from neurips26.claims.base import judge_claim
 from neurips26.claims.invgnn_wm import CLAIM, CRITERION_ATTACKS
 from neurips26.claims.runner import run_claim
 
@@ -12,7 +13,9 @@ def test_smoke_structure_and_determinism(tmp_path):
     first = run_claim("invgnn_wm", "smoke", out=tmp_path / "a", force=True)
     second = run_claim("invgnn_wm", "smoke", out=tmp_path / "b", force=True)
     assert first["metrics"] == second["metrics"]
-    assert first["verdict"] in ("reproduced", "not reproduced", "inconclusive")
+    # the recorded verdict is the one the declared premises and criteria give on the recorded numbers
+    assert first["verdict"] == judge_claim(CLAIM, first["metrics"])["verdict"]
+    assert [p["key"] for p in first["premises"]] == [p.label for p in CLAIM.premises]
     metrics = first["metrics"]
     for crit in CLAIM.criteria:
         assert crit.metric in metrics

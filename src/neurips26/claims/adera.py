@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from neurips26.claims.base import Better, Claim, Exact, RatioAtLeast, SeedResult
+from neurips26.claims.base import AtLeast, AtMost, Better, Claim, Exact, Headline, RatioAtLeast, SeedResult
 from neurips26.claims.plotting import pyplot, save_figure
 from neurips26.common.distributed import free_port
 from neurips26.distributed.adera import (
@@ -350,14 +350,19 @@ def _run(config: dict, seed: int) -> SeedResult:
         "compression_ratio": {},
     }
     metrics["final_loss"] = {}
+    metrics["loss_drop"] = {}
     for arm in ARMS:
         r = res[arm]
+        metrics["loss_drop"][arm] = float(np.mean(r["losses"][:5]) - np.mean(r["losses"][-5:]))
         metrics["bitwise_exact"][arm] = 1.0 - r["mismatches"] / max(r["gathers"], 1)
         metrics["loss_identical"][arm] = float(r["losses"] == ref_losses)
         metrics["compression_ratio"][arm] = sum(r["raw"][start:]) / sum(r["wire"][start:])
         metrics["final_loss"][arm] = float(np.mean(r["losses"][-5:]))
     rates = [x for x in ada["rates"][start:] if not math.isnan(x)]
     post_rate = float(np.mean(rates)) if rates else float("nan")
+    # the regime AdERA is about: after warm-up few bf16 exponents change between all-gathers
+    metrics["exponent_change_rate"] = {arm: post_rate for arm in ARMS}
+    iter_s = {arm: res[arm]["iter_s"] for arm in ARMS}
     bench_rate = post_rate if rates else 0.01
     bench = {f"numel_{n}": _bench_codec(n, bench_rate, seed) for n in sorted({2**16, config["bench_numel"]})}
     proj = _projections(
@@ -374,7 +379,9 @@ def _run(config: dict, seed: int) -> SeedResult:
         "post_warmup_change_rate_mean": post_rate,
         "modes_last_call": ada["modes"],
         "adera_codec_time_s": {"encode": ada["time_encode"], "decode": ada["time_decode"]},
-        "median_iter_s": {arm: res[arm]["iter_s"] for arm in ARMS},
+        "median_iter_s": iter_s,
+        "iter_time_ratio_vs_raw": {arm: iter_s[arm] / iter_s["raw"] for arm in ARMS},
+        "budget": {arm: {"iters": iters, "batch": config["batch"], "seq_len": config["seq_len"]} for arm in ARMS},
         "wire_bytes_post_warmup": {arm: int(sum(res[arm]["wire"][start:])) for arm in ARMS},
         "raw_bytes_post_warmup": int(sum(res["raw"]["raw"][start:])),
         "max_abs_loss_diff_vs_raw": {
@@ -427,11 +434,38 @@ CLAIM = Claim(
     ),
     method="adera",
     baselines=("raw", "zlib", "int8"),
+    premises=(
+        AtLeast("loss_drop", arm="raw", threshold=0.1, label="model_learns"),
+        AtMost("exponent_change_rate", threshold=0.1, label="exponents_settle"),
+    ),
     criteria=(
-        Exact("bitwise_exact", expected=1.0),
-        Exact("loss_identical", expected=1.0),
-        RatioAtLeast("compression_ratio", ratio=1.9, baseline="raw"),
-        Better("compression_ratio", baseline="zlib", margin=0.0),
+        Exact("bitwise_exact", expected=1.0, label="bitwise_exact"),
+        Exact("loss_identical", expected=1.0, label="loss_identical"),
+        RatioAtLeast("compression_ratio", ratio=1.9, baseline="raw", label="half_the_bytes"),
+        Better("compression_ratio", baseline="zlib", margin=0.0, label="beats_lossless_coding"),
+    ),
+    headlines=(
+        Headline(
+            "3.70x speed-up over the lossless baseline on 16 GPUs (real experiment)",
+            untested="needs a multi-GPU interconnect-bound cluster and a fused GPU codec; on 2 CPU ranks over "
+            "loopback the all-gather is not the bottleneck and the eager codec is slower than a copy "
+            "(measured iteration-time ratios are in info['iter_time_ratio_vs_raw'])",
+        ),
+        Headline(
+            "projected 4.28x over lossless and 4.42x over lossy on 128 GPUs (simulator)",
+            untested="a projection, not a measurement: info['simulator'] reruns the trace-driven simulator with "
+            "the measured change rate but assumed GPU codec throughputs and network, so it cannot confirm it",
+        ),
+        Headline(
+            "3.93x over the lossy baseline on 8 GPUs",
+            untested="needs GPUs (same reason as the 16-GPU speed-up)",
+        ),
+        Headline("bitwise-exact reconstruction throughout", criteria=("bitwise_exact", "loss_identical")),
+        Headline(
+            "after warm-up only sign and mantissa travel for unchanged exponents: about half the all-gather "
+            "bytes, more than lossless entropy coding saves",
+            criteria=("half_the_bytes", "beats_lossless_coding"),
+        ),
     ),
     run=_run,
     configs={
@@ -457,7 +491,7 @@ CLAIM = Claim(
             "bench_numel": 2**22,
         },
     },
-    seeds={"smoke": (0,), "quick": (0, 1, 2), "full": (0, 1, 2)},
+    seeds={"smoke": (0,), "quick": (0, 1, 2), "full": (0, 1, 2, 3, 4)},
     implemented=(
         "Bit-field codec (bf16/fp16/fp32; RAW/SPARSE/BITMAP/BLOCK chosen per shard by payload size), per-rank "
         "exponent caches, EMA warm-up, two-phase variable-size all-gather with 4-chunk encode/communicate/"
@@ -466,7 +500,7 @@ CLAIM = Claim(
         "adaptive cost model (timed, not used to switch in the measured runs) and the trace-driven simulator."
     ),
     differences=(
-        "Tiny model (255k parameters, 196k in experts) instead of production MoEs; CPU/gloo with 2 ranks "
+        "Full profile: 5 seeds. Tiny model (255k parameters, 196k in experts) instead of production MoEs; CPU/gloo with 2 ranks "
         "instead of 8-128 GPUs; codec in vectorised torch ops, not fused GPU kernels, so wall-clock speedups "
         "are not measured: only bytes, exactness and loss curves are. The 3.70x/4.28x speedups can only be "
         "compared through the simulator, whose codec throughputs, compute time and network are assumptions "
@@ -490,6 +524,10 @@ CLAIM = Claim(
         "payload, length exchange, headers and fallbacks included), summed over expert weights and over the "
         "iterations from the end of AdERA's warm-up (every expert shard compressing) to the end of training",
         "final_loss": "mean training loss of the last 5 iterations",
+        "loss_drop": "mean training loss of the first 5 iterations minus that of the last 5 (the premise that the "
+        "model learns, so that weights and their exponents evolve the way training makes them)",
+        "exponent_change_rate": "mean, over the iterations after warm-up, of the fraction of bf16 expert-weight "
+        "exponents that changed since the previous all-gather (one value per seed, shown for every arm)",
     },
     plot=_plot,
 )

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from neurips26.claims.base import Better, Claim, SeedResult
+from neurips26.claims.base import AtMost, Better, Claim, Headline, SeedResult
 from neurips26.claims.plotting import pyplot, save_figure
 from neurips26.common.graphs import csbm, edge_homophily, linear_probe, perturb_edges, random_splits
 from neurips26.common.threads import torch_threads
@@ -95,7 +95,7 @@ def _run_inner(cfg: dict, seed: int) -> SeedResult:
             cfg["num_classes"],
             h,
             cfg["feature_dim"],
-            cfg["mu"],
+            cfg.get("mu_high", cfg["mu"]) if regime == "high" else cfg["mu"],
             cfg["avg_degree"],
             seed=seed,
         )
@@ -185,7 +185,10 @@ def _plot(result: dict, folder: Path) -> list[Path]:
     return [save_figure(fig, folder, "gcn_mlp_accuracy_efficiency", dpi=100)]
 
 
-_COMMON = {"num_classes": 5, "feature_dim": 100, "mu": 1.75, "avg_degree": 10.0, "lr": 1e-3}
+# mu_high: feature scale on the high-homophily graphs. At mu = 1.75 and h >= 0.8 every SSL method sits at
+# 0.99+ probe accuracy (structure alone separates the classes), a ceiling where a non-inferiority check
+# says nothing; h in 0.65-0.75 with mu = 0.5 keeps the baselines below 0.9.
+_COMMON = {"num_classes": 5, "feature_dim": 100, "mu": 1.75, "mu_high": 0.5, "avg_degree": 10.0, "lr": 1e-3}
 
 CLAIM = Claim(
     slug="gcn_mlp",
@@ -196,21 +199,58 @@ CLAIM = Claim(
     ),
     method=METHOD,
     baselines=BASELINES,
-    criteria=(
-        Better("acc_low_h", baseline="grace", margin=0.0),
-        Better("acc_low_h", baseline="bgrl", margin=0.0),
-        Better("acc_low_h", baseline="dgi", margin=0.0),
-        Better("acc_low_h", baseline="raw_features", margin=0.0),
-        Better("acc_high_h", baseline="grace", margin=-0.02),
-        Better("acc_high_h", baseline="bgrl", margin=-0.02),
-        Better("acc_high_h", baseline="dgi", margin=-0.02),
-        Better("sec_per_epoch", baseline="grace", higher_is_better=False),
-        Better("sec_per_epoch", baseline="bgrl", higher_is_better=False),
-        Better("sec_per_epoch", baseline="dgi", higher_is_better=False),
-        Better("memory_mb", baseline="grace", higher_is_better=False),
-        Better("memory_mb", baseline="bgrl", higher_is_better=False),
-        Better("memory_mb", baseline="dgi", higher_is_better=False),
+    premises=(
+        Better("acc_low_h", arm="grace", baseline="raw_features", margin=0.0, label="ssl_uses_structure"),
+        AtMost("acc_low_h", arm="grace", threshold=0.97, label="low_h_below_ceiling_grace"),
+        AtMost("acc_high_h", arm="grace", threshold=0.97, label="high_h_below_ceiling_grace"),
+        AtMost("acc_high_h", arm="bgrl", threshold=0.97, label="high_h_below_ceiling_bgrl"),
+        AtMost("acc_high_h", arm="dgi", threshold=0.97, label="high_h_below_ceiling_dgi"),
     ),
+    criteria=(
+        Better("acc_low_h", baseline="grace", margin=0.0, label="low_h_vs_grace"),
+        Better("acc_low_h", baseline="bgrl", margin=0.0, label="low_h_vs_bgrl"),
+        Better("acc_low_h", baseline="dgi", margin=0.0, label="low_h_vs_dgi"),
+        Better("acc_low_h", baseline="raw_features", margin=0.0, label="low_h_vs_raw"),
+        Better("acc_high_h", baseline="grace", margin=-0.02, label="high_h_near_grace"),
+        Better("acc_high_h", baseline="bgrl", margin=-0.02, label="high_h_near_bgrl"),
+        Better("acc_high_h", baseline="dgi", margin=-0.02, label="high_h_near_dgi"),
+        Better("sec_per_epoch", baseline="grace", higher_is_better=False, label="faster_than_grace"),
+        Better("sec_per_epoch", baseline="bgrl", higher_is_better=False, label="faster_than_bgrl"),
+        Better("sec_per_epoch", baseline="dgi", higher_is_better=False, label="faster_than_dgi"),
+        Better("memory_mb", baseline="grace", higher_is_better=False, label="less_memory_than_grace"),
+        Better("memory_mb", baseline="bgrl", higher_is_better=False, label="less_memory_than_bgrl"),
+        Better("memory_mb", baseline="dgi", higher_is_better=False, label="less_memory_than_dgi"),
+    ),
+    headlines=(
+        Headline(
+            "state of the art on heterophilic graphs with minimal computation and memory",
+            criteria=(
+                "low_h_vs_grace", "low_h_vs_bgrl", "low_h_vs_dgi", "faster_than_grace", "faster_than_bgrl",
+                "faster_than_dgi", "less_memory_than_grace", "less_memory_than_bgrl", "less_memory_than_dgi",
+            ),
+        ),
+        Headline(
+            "a variant is state of the art on homophilic graphs",
+            criteria=("high_h_near_grace", "high_h_near_bgrl", "high_h_near_dgi"),
+        ),
+        Headline(
+            "robust to black-box and white-box adversarial attacks",
+            untested="black-box edge perturbation is reported in info (full profile, h = 0.75) without a declared "
+            "criterion; white-box attacks are not run",
+        ),
+        Headline(
+            "theoretical justification: weakly correlated noise across the two views",
+            untested="the views' noise-correlation diagnostic is reported in info; the theory gives no number to check",
+        ),
+        Headline(
+            "Chameleon 46.01, Wisconsin 85.29, Citeseer 70.12, Pubmed 79.0 (third-party leaderboard, unverified)",
+            untested="none of these datasets ships offline; the graphs here are synthetic CSBMs",
+        ),
+    ),
+    items={
+        "acc_low_h": {"smoke": 30, "quick": 200, "full": 200},
+        "acc_high_h": {"smoke": 30, "quick": 200, "full": 200},
+    },
     run=_run,
     configs={
         "smoke": {
@@ -235,7 +275,7 @@ CLAIM = Claim(
             "num_splits": 3,
             "propagation_k": 2,
             "low_h": [0.1],
-            "high_h": [0.9],
+            "high_h": [0.7],
             "arms_low": ["gcn_mlp_concat", *SSL],
             "arms_high": ["gcn_mlp_gcn", *SSL],
         },
@@ -249,13 +289,13 @@ CLAIM = Claim(
             "propagation_k": 2,
             "low_h": [0.05, 0.2],
             "mid_h": [0.5],
-            "high_h": [0.8, 0.95],
+            "high_h": [0.65, 0.75],
             "arms_low": ["gcn_mlp_concat", "gcn_mlp_gcn", *SSL, "cosine_ablation", "structural_input"],
             "arms_mid": ["gcn_mlp_concat", "gcn_mlp_gcn", *SSL],
             "arms_high": ["gcn_mlp_concat", "gcn_mlp_gcn", *SSL],
             "view_ablation": True,
             "noise_diagnostic": True,
-            "robustness_h": [0.8],
+            "robustness_h": [0.75],
             "robustness_fracs": [0.05, 0.1, 0.2],
         },
     },
@@ -271,7 +311,7 @@ CLAIM = Claim(
         "embeddings -> L2 logistic regression probe (C from {0.01, 0.1, 1, 10} on validation), 48/32/20 splits. "
         "Full profile adds: the cosine-only collapse ablation and structural-input (SVD) GCN view at low h, "
         "GCN-only / MLP-only embeddings of the trained model, the views' noise-correlation diagnostic, and "
-        "black-box robustness (5/10/20% random edges removed and added) at h = 0.8 (in info)."
+        "black-box robustness (5/10/20% random edges removed and added) at h = 0.75 (in info)."
     ),
     differences=(
         "Synthetic CSBM instead of the paper's Chameleon/Wisconsin/Citeseer/Pubmed; N = 1000 nodes (spec: 3000) "
@@ -280,13 +320,15 @@ CLAIM = Claim(
         "SGC pre-propagation are inferred instantiations, propagation k = 2 fixed a priori); GCA, MVGRL, "
         "CCA-SSG, PolyGCL, GraphACL and white-box attacks are not run; the concat embedding is 256-d while "
         "baselines output 128-d (as in the paper's design). CPU memory is an autograd-saved-tensor account, "
-        "not an allocator high-water mark. Quick uses one seed, so paired criteria are inconclusive there."
+        "not an allocator high-water mark. Quick uses one seed, so paired criteria are inconclusive there. Full "
+        "uses 3 seeds (about 200 s each, so 5 do not fit 600 s). The high-homophily graphs use h = 0.65/0.75 "
+        "and feature scale 0.5 (spec: h = 0.8/0.95) so that the baselines are below the accuracy ceiling."
     ),
     data=(
         "neurips26.common.graphs.csbm: 5 balanced classes, 100-d Gaussian features around random unit class "
         "means scaled by mu = 1.75 (raw-feature probe ~60-65%), average degree 10, edge homophily h; cross-class "
         "edges follow a cyclic class-mixing matrix so heterophilic structure is informative. Low h: quick {0.1}, "
-        "full {0.05, 0.2}; high h: quick {0.9}, full {0.8, 0.95}; full also h = 0.5 (info only)."
+        "full {0.05, 0.2}; high h (features scaled by 0.5): quick {0.7}, full {0.65, 0.75}; full also h = 0.5 (info only)."
     ),
     plot=_plot,
     glossary={

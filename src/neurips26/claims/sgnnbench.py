@@ -1,7 +1,7 @@
 """Claim check for SGNNBench (arXiv 2509.21342): SGNN accuracy next to energy and memory vs GCN/SGC.
 
-Contextual SBM graphs (3 classes, 64 Gaussian features, average degree 10) at edge homophily 0.9
-(and 0.5, 0.1 in the full profile). SpikingGCN, SpikeNet-lite and the ANN baselines GCN and SGC
+Contextual SBM graphs (3 classes, 64 Gaussian features, average degree 10) at edge homophily 0.7
+(and 0.9, 0.1 in the full profile). SpikingGCN, SpikeNet-lite and the ANN baselines GCN and SGC
 are trained with one protocol (Adam, early stopping on validation accuracy) on the same graphs and
 seeds; each trained model then gets an analytic energy report (operation counts x measured firing
 rates x 45 nm energy per operation), a parameter count, the memory of one training step and wall
@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from neurips26.claims.base import AtLeast, AtMost, Better, Claim, SeedResult
+from neurips26.claims.base import AtLeast, AtMost, Better, Claim, Headline, SeedResult
 from neurips26.claims.plotting import pyplot, save_figure
 from neurips26.common.graphs import csbm
 from neurips26.common.threads import torch_threads
@@ -157,7 +157,7 @@ def _run_inner(cfg: dict, seed: int) -> SeedResult:
 
 def _plot(result: dict, folder: Path) -> list[Path]:
     plt = pyplot()
-    acc = result["metrics"]["acc_h09"]
+    acc = result["metrics"]["acc_h07"]
     energy = result["metrics"]["energy_uj"]
     share = result["metrics"]["float_share"]
     fig, ax = plt.subplots(1, 2, figsize=(10, 4))
@@ -165,14 +165,14 @@ def _plot(result: dict, folder: Path) -> list[Path]:
         ax[0].scatter(np.mean(energy[arm]), np.mean(acc[arm]), label=arm)
     ax[0].set_xscale("log")
     ax[0].set_xlabel("theoretical energy per full-graph inference (uJ)")
-    ax[0].set_ylabel("test accuracy, h = 0.9")
+    ax[0].set_ylabel("test accuracy, h = 0.7")
     ax[0].legend(fontsize=8)
     ax[1].bar(list(share), [np.mean(share[a]) for a in share])
     ax[1].set_ylabel("float_share (real-valued op energy / total)")
     return [save_figure(fig, folder, "sgnnbench_accuracy_energy", dpi=100)]
 
 
-_COMMON = {"mu": 1.0, "lr": 1e-2, "weight_decay": 1e-4, "T": 5}
+_COMMON = {"mu": 0.5, "lr": 1e-2, "weight_decay": 1e-4, "T": 5}
 
 CLAIM = Claim(
     slug="sgnnbench",
@@ -184,11 +184,15 @@ CLAIM = Claim(
     ),
     method=METHOD,
     baselines=BASELINES,
+    premises=(
+        AtLeast("acc_h07", arm="gcn", threshold=0.6, label="gcn_learns"),
+        AtMost("acc_h07", arm="gcn", threshold=0.97, label="gcn_below_ceiling"),
+    ),
     criteria=(
-        Better("acc_h09", baseline="gcn", margin=-0.05),
-        Better("acc_h09", baseline="sgc", margin=-0.05),
-        AtMost("spike_energy_vs_gcn", threshold=1.0 / 3.0),
-        AtLeast("float_share", threshold=0.5),
+        Better("acc_h07", baseline="gcn", margin=-0.05, label="acc_near_gcn"),
+        Better("acc_h07", baseline="sgc", margin=-0.05, label="acc_near_sgc"),
+        AtMost("spike_energy_vs_gcn", threshold=1.0 / 3.0, label="spike_ops_cheap"),
+        AtLeast("float_share", threshold=0.5, label="float_path_dominates"),
     ),
     run=_run,
     configs={
@@ -196,7 +200,7 @@ CLAIM = Claim(
             **_COMMON,
             "num_nodes": 120,
             "hidden": 16,
-            "homophily": [0.9],
+            "homophily": [0.7],
             "epochs": 6,
             "eval_every": 3,
             "patience": 2,
@@ -207,7 +211,7 @@ CLAIM = Claim(
             **_COMMON,
             "num_nodes": 500,
             "hidden": 128,
-            "homophily": [0.9],
+            "homophily": [0.7],
             "epochs": 60,
             "eval_every": 10,
             "patience": 5,
@@ -217,7 +221,7 @@ CLAIM = Claim(
             **_COMMON,
             "num_nodes": 1000,
             "hidden": 128,
-            "homophily": [0.9, 0.5, 0.1],
+            "homophily": [0.7, 0.9, 0.1],
             "epochs": 100,
             "eval_every": 10,
             "patience": 5,
@@ -228,7 +232,25 @@ CLAIM = Claim(
             "extras_seed": 0,
         },
     },
-    seeds={"smoke": (0,), "quick": (0,), "full": (0, 1, 2)},
+    seeds={"smoke": (0,), "quick": (0,), "full": (0, 1, 2, 3, 4)},
+    headlines=(
+        Headline(
+            "9 SGNNs evaluated on 18-20 datasets",
+            untested="2 of the 9 SGNNs are built and the graphs are synthetic CSBMs (no benchmark datasets ship offline)",
+        ),
+        Headline("SGNN accuracy comparable to ANN GNNs", criteria=("acc_near_gcn", "acc_near_sgc")),
+        Headline(
+            "model size, memory and theoretical energy reveal the often-overlooked energy bottlenecks "
+            "(read here as: spike ops are cheap, the real-valued path dominates)",
+            criteria=("spike_ops_cheap", "float_path_dominates"),
+        ),
+        Headline(
+            "design-space investigation towards a general SGNN paradigm",
+            untested="the neuron x T x norm sweep is reported in info (average ranks, seed 0) but the abstract "
+            "states no comparison to check",
+        ),
+    ),
+    items={"acc_h07": {"smoke": 24, "quick": 100, "full": 200}},
     implemented=(
         "neurips26.graph.sgnnbench: IF/LIF/PLIF neurons with five surrogate gradients and hard reset; "
         "SpikingGCNConv / SpikingSAGEConv (PyG MessagePassing); SGNN with direct/poisson encoding, cached or "
@@ -247,20 +269,22 @@ CLAIM = Claim(
         "and the others not built) and GCN/SGC of the ANN baselines (no GraphSAGE/GAT); lr 1e-2 for every model "
         "(spec: 1e-3) so all converge within the epoch budget; max 100 epochs (spec 200); the design sweep and FakeDataset scaling run on seed 0 only; no link prediction; "
         "CPU memory is an autograd-saved-tensor account, not an RSS high-water mark; quick uses one seed, so "
-        "paired criteria are inconclusive there. The benchmark's named bottleneck was not retrievable; the "
+        "paired criteria are inconclusive there. Full: 5 seeds. The criteria graph is h = 0.7 with feature "
+        "scale mu = 0.5 (at h = 0.9, mu = 1.0 every model sits at 0.99 accuracy, a ceiling where a "
+        "non-inferiority check says nothing); h = 0.9 and 0.1 are reported in the full profile. The benchmark's named bottleneck was not retrievable; the "
         "float-path reading is the spec's (inferred) hypothesis, stated before running."
     ),
     data=(
-        "neurips26.common.graphs.csbm: 3 balanced classes, 64-d Gaussian features (mu = 1.0), average degree 10, "
-        "edge homophily 0.9 (criteria) and 0.5 / 0.1 (full, reported); 60/20/20 stratified masks from the seed. "
+        "neurips26.common.graphs.csbm: 3 balanced classes, 64-d Gaussian features (mu = 0.5), average degree 10, "
+        "edge homophily 0.7 (criteria) and 0.9 / 0.1 (full, reported); 60/20/20 stratified masks from the seed. "
         "PyG FakeDataset (5k-20k nodes) for energy/memory scaling only."
     ),
     plot=_plot,
     glossary={
-        "acc_h09": "test accuracy (test_mask) at the best validation evaluation, CSBM h = 0.9",
-        "acc_h05": "same at h = 0.5 (full profile)",
+        "acc_h07": "test accuracy (test_mask) at the best validation evaluation, CSBM h = 0.7",
+        "acc_h09": "same at h = 0.9 (full profile)",
         "acc_h01": "same at h = 0.1 (full profile)",
-        "energy_uj": "theoretical energy of one full-graph inference in microjoules on the h = 0.9 graph: "
+        "energy_uj": "theoretical energy of one full-graph inference in microjoules on the h = 0.7 graph: "
         "sum over op calls of 0.9 pJ x input firing rate x dense ops (binary-spike inputs) or 4.6 pJ x dense ops "
         "(real inputs); linear ops = rows x in x out, propagation = nnz(A_hat) x channels per hop, norm = elements",
         "float_share": "energy of real-valued-input ops / total energy (1.0 for an ANN)",
