@@ -65,10 +65,19 @@ def test_implemented_method_conforms(info):
     assert claim.slug == info.slug
     assert set(claim.configs) == {"smoke", "quick", "full"}
     assert len(claim.seeds["full"]) >= 3, "full profile needs several seeds"
-    used = {c.metric for c in claim.criteria}
+    used = {c.metric for c in (*claim.criteria, *claim.premises)}
     assert used <= set(claim.glossary), (
         f"define every criterion metric in the glossary: {used - set(claim.glossary)}"
     )
+    # claim checks v2: the testbed is checked, the paper's headlines are mapped, criteria are labelled
+    assert claim.premises, "declare at least one premise about the testbed"
+    assert claim.headlines, "map the spec's headline claims to criteria or mark them untested"
+    assert all(c.label for c in (*claim.criteria, *claim.premises)), "label every criterion and premise"
+    assert any(c.kind == "evidence" for c in claim.criteria)
+    area = importlib.import_module(f"neurips26.{info.area}")
+    for name in info.components:  # every component is importable from its area
+        assert getattr(area, name) is getattr(module, name)
+        assert name in dir(area)
 
 
 def test_status_reports_missing_components(monkeypatch):
@@ -84,10 +93,19 @@ def test_status_reports_missing_components(monkeypatch):
     assert state == "broken" and "NoSuchThing" in detail
 
 
+def test_unknown_area_attribute_is_a_clear_error():
+    import neurips26.graph
+
+    with pytest.raises(AttributeError, match="has no attribute 'NoSuchLayer'"):
+        neurips26.graph.NoSuchLayer  # noqa: B018
+    with pytest.raises(ValueError, match="area"):
+        registry.area_exports("neurips26.nowhere")
+
+
 def test_importing_the_package_is_light():
     import subprocess
     import sys
 
-    code = "import sys, neurips26, neurips26.registry; print('torch' in sys.modules)"
+    code = "import sys, neurips26, neurips26.registry, neurips26.inference, neurips26.rl; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"

@@ -633,3 +633,33 @@ def status(slug: str) -> tuple[str, str]:
 
 def implemented_slugs() -> list[str]:
     return [m.slug for m in METHODS if status(m.slug)[0] == "implemented"]
+
+
+def area_exports(package: str):
+    """Lazy top-level exports for an area package: ``from neurips26.inference import ADKVCache``.
+
+    Returns ``(__getattr__, __dir__, __all__)`` for the area's ``__init__`` (PEP 562). The names are
+    the registry's components of every method of the area whose module exists, plus anything in such
+    a module's ``__all__``; a module is imported only when one of its names is first used, so importing
+    the area stays light.
+    """
+    area = package.rsplit(".", 1)[-1]
+    if area not in AREAS:
+        raise ValueError(f"package must be one of neurips26.<area> with area in {AREAS}, got {package!r}")
+    modules = [m.module for m in METHODS if m.area == area and _module_exists(m.module)]
+    known = {c: m.module for m in METHODS if m.area == area and m.module in modules for c in m.components}
+
+    def __getattr__(name: str):
+        if name in known:
+            return getattr(importlib.import_module(known[name]), name)
+        if not name.startswith("_"):
+            for module_name in modules:
+                module = importlib.import_module(module_name)
+                if name in getattr(module, "__all__", ()):
+                    return getattr(module, name)
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+
+    def __dir__() -> list[str]:
+        return sorted(known)
+
+    return __getattr__, __dir__, sorted(known)
