@@ -109,6 +109,16 @@ def test_testbed_verdicts_show_their_reason_and_premise(tmp_path):
     assert "inconclusive (testbed)" in line and "b_learns [acc]: B 0.650" in line
 
 
+def test_budget_table_renders_each_arms_budget(tmp_path):
+    result = fixture_result()
+    result["info"] = [{"budget": {"A": {"steps": 100, "lr_grid": [0.1, 0.01]}, "B": {"steps": 100, "bits": 2.5}}}, {}]
+    (tmp_path / "toy.json").write_text(json.dumps(result))
+    md, _ = build_report(tmp_path)
+    text = md.read_text()
+    assert "| arm | steps | lr_grid | bits |" in text
+    assert "| A | 100 | [0.1, 0.01] |  |" in text and "| B | 100 |  | 2.5 |" in text
+
+
 def test_schema_1_results_are_shown_with_a_warning(tmp_path):
     old = fixture_result()
     for key in ("verdict_reason", "deciding", "premises", "headlines", "provenance", "warnings", "cold_wall_s", "references"):

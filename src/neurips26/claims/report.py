@@ -325,6 +325,27 @@ def headline_rows(result: dict[str, Any]) -> list[list[str]]:
     return rows
 
 
+def budget_table(result: dict[str, Any]) -> tuple[list[str], list[list[str]]] | None:
+    """``info["budget"]`` of the first seed that records one: one row per arm, one column per quantity."""
+    for info in result.get("info") or []:
+        budget = (info or {}).get("budget")
+        if isinstance(budget, dict) and budget and all(isinstance(v, dict) for v in budget.values()):
+            keys: list[str] = []
+            for values in budget.values():
+                keys += [k for k in values if k not in keys]
+            rows = [[arm] + [_fmt_budget(values.get(k)) for k in keys] for arm, values in budget.items()]
+            return ["arm", *keys], rows
+    return None
+
+
+def _fmt_budget(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_fmt_budget(v) for v in value) + "]"
+    return _fmt_number(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
+
+
 def _split_criteria(result: dict[str, Any]) -> tuple[list[dict], list[dict]]:
     crits = result.get("criteria", [])
     evidence = [c for c in crits if c.get("kind", "evidence") == "evidence"]
@@ -368,6 +389,9 @@ def _section_md(r: dict[str, Any], plots: list[Path], base: Path) -> str:
         lines += ["**The paper's headlines.**", "", _md_table(["headline", "tested by", "status"], headline_rows(r)), ""]
     if r.get("items"):
         lines += ["**Items per seed.** " + ", ".join(f"{k}: {v}" for k, v in r["items"].items()), ""]
+    budget = budget_table(r)
+    if budget:
+        lines += ["**Budget per arm** (seed 1 of the run).", "", _md_table(*budget), ""]
     lines += [_md_table(["metric", *arms], rows), ""]
     for label, key in (
         ("Implemented", "implemented"),
@@ -471,6 +495,9 @@ def _html(results: list[dict[str, Any]], rows: list[list[str]], plots: dict[str,
             parts.append("<p><b>Design checks</b></p>" + _html_rows(JUDGED_HEADER, judged_rows(r, design)))
         if r.get("headlines"):
             parts.append("<p><b>The paper's headlines</b></p>" + _html_rows(["headline", "tested by", "status"], headline_rows(r)))
+        budget = budget_table(r)
+        if budget:
+            parts.append("<p><b>Budget per arm</b></p>" + _html_rows(*budget))
         parts.append(
             _html_rows(["metric", *arms], [[n] + [fmt(v.get(a)) for a in arms] for n, v in r["metrics"].items()])
         )
