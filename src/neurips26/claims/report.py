@@ -126,7 +126,7 @@ def describe_numbers(result: dict[str, Any], entry: dict[str, Any] | None) -> st
         text += f"; min {_num(nums.get('min'))}, max {_num(nums.get('max'))}, expected {_num(nums.get('expected'))}"
     elif "lower_bound" in nums:
         target = nums.get("margin", nums.get("threshold"))
-        what = "d" if data.get("type") == "Better" else "value"
+        what = {"Better": "d", "RatioAtLeast": "ratio"}.get(data.get("type"), "value")
         text += f"; {what} L={_num(nums.get('lower_bound'))} U={_num(nums.get('upper_bound'))} vs {_num(target)}"
     return text
 
@@ -278,7 +278,8 @@ def benchmark_tables(result: dict[str, Any]) -> list[tuple[str, list[str], list[
                             measures.append(m)
                     rows.append((setting, arm, values))
             table = [[setting, arm] + [_fmt_number(v.get(m)) for m in measures] for setting, arm, v in rows]
-            tables.append((name, ["setting", "arm", *measures], table))
+            if table:
+                tables.append((name, ["setting", "arm", *measures], table))
     return tables
 
 
@@ -432,7 +433,7 @@ def build_report(results_dir: Path, out_dir: Path | None = None) -> tuple[Path, 
     ]
     rows = summary_rows(results)
     md = "\n".join(intro + [_md_table(SUMMARY_HEADER, rows), ""])
-    md += "\n".join(_section_md(r, plots[r["slug"]], out_dir) for r in results)
+    md += "\n" + "\n".join(_section_md(r, plots[r["slug"]], out_dir) for r in results)
     md += "\n## Glossary\n\n" + "\n".join(f"- **{k}**: {v}" for k, v in glossary(results).items()) + "\n"
     md_path = out_dir / "report.md"
     atomic_write_text(md_path, md)
