@@ -185,3 +185,19 @@ def test_stream_helpers_and_bad_shapes():
         OperatorTransformer(residual="dense", **KW)
     with pytest.raises(NotImplementedError, match="1-D"):
         OperatorTransformer(spatial_dims=2, **KW)
+
+
+def test_stream_init_and_alpha_init_options():
+    import pytest as _pytest
+
+    from neurips26.nn.aot_pot import OperatorTransformer as _OT
+
+    kw = dict(in_channels=1, out_channels=1, t_in=2, patch=4, dim=8, depth=2, modes=2, residual="aot", n_streams=3)
+    mean = _OT(**kw)
+    assert all(float(layer.b_pre.abs().max()) == 0.0 for layer in mean.layers)
+    cyc = _OT(stream_init="cyclic", alpha_init=0.2, **kw)
+    for i, layer in enumerate(cyc.layers):
+        assert int(layer.b_pre.argmax()) == i % 3
+        assert float(layer.alpha[0]) == _pytest.approx(0.2)
+    with _pytest.raises(ValueError):
+        _OT(stream_init="bogus", **kw)

@@ -372,6 +372,13 @@ class OperatorTransformer(nn.Module):
     n_streams : int, default 4
     spatial_dims : int, default 1
         Only 1 is implemented.
+    alpha_init : float, default 0.01
+        Initial gates of the dynamic stream maps (mHC's small value; see :class:`MultiStreamResidual`).
+    stream_init : {"mean", "cyclic"}, default "mean"
+        ``"mean"``: every sub-layer reads the stream mean at initialisation (``b_pre = 0``).
+        ``"cyclic"``: sub-layer ``l`` reads mostly stream ``l mod n`` (``b_pre = 2 (2 e_{l mod n} - 1)``,
+        the hyper-connections initialisation), so the backward pass differs across streams and the
+        replicated streams can diverge during training.
 
     Shapes
     ------
@@ -393,8 +400,11 @@ class OperatorTransformer(nn.Module):
         mlp_ratio: int = 4,
         num_blocks: int = 4,
         sinkhorn_iters: int = 20,
+        alpha_init: float = 0.01,
+        stream_init: str = "mean",
     ) -> None:
         super().__init__()
+        check_choice("stream_init", stream_init, ("mean", "cyclic"))
         self.in_channels = check_int("in_channels", in_channels, low=1)
         self.out_channels = check_int("out_channels", out_channels, low=1)
         self.t_in = check_int("t_in", t_in, low=1)
@@ -432,8 +442,14 @@ class OperatorTransformer(nn.Module):
                 "static": dict(constraint="sinkhorn", dynamic=False),
             }[residual]
             self.layers = nn.ModuleList(
-                MultiStreamResidual(s, dim, n_streams, sinkhorn_iters=sinkhorn_iters, **kw) for s in sublayers
+                MultiStreamResidual(s, dim, n_streams, sinkhorn_iters=sinkhorn_iters, alpha_init=alpha_init, **kw)
+                for s in sublayers
             )
+            if stream_init == "cyclic":
+                with torch.no_grad():
+                    for i, layer in enumerate(self.layers):
+                        layer.b_pre.copy_(2.0 * (2.0 * nn.functional.one_hot(
+                            torch.tensor(i % self.n_streams), self.n_streams).float() - 1.0))
 
     def _check(self, u_past: Tensor) -> None:
         if u_past.ndim != 4 or u_past.shape[1] != self.t_in or u_past.shape[2] != self.in_channels:
