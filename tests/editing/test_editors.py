@@ -252,3 +252,15 @@ def test_memit_factorisation_property(n, lam, seed):
     # normal equations of  min ||dW K - R||^2 + lam tr(dW C0 dW^T)
     grad = (upd.delta_W @ K - R) @ K.T + lam * upd.delta_W @ C0
     assert grad.abs().max() < 1e-6 * (1 + R.abs().max() * K.abs().max() ** 2)
+
+
+def test_joint_value_optimisation_equals_per_request(model):
+    site = EditSite(model, 0)
+    reqs = _requests()
+    pre = [[2], [2, 7]]
+    kw = dict(steps=5, lr=0.1, kl_factor=0.0625, weight_decay=0.5, clamp_norm_factor=4.0)
+    V, R = compute_target_values(site, reqs, pre, **kw)
+    for i, r in enumerate(reqs):
+        Vi, Ri = compute_target_values(site, [r], pre, **kw)
+        assert torch.allclose(R[:, i], Ri[:, 0], atol=1e-5)
+        assert torch.allclose(V[:, i], Vi[:, 0], atol=1e-5)

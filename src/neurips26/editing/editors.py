@@ -380,63 +380,73 @@ def compute_target_values(
     model, device = site.model, _device(site.model)
     params = list(model.parameters())
     flags = [p.requires_grad for p in params]
-    values, residuals = [], []
+    if any(not r.target_ids for r in requests):
+        raise ValueError("every request needs a non-empty target_new")
+    # All requests are optimised jointly: the loss is a sum of per-request terms and Adam is
+    # elementwise, so this equals optimising each request on its own (one batch instead of n).
+    n, P = len(requests), len(pre)
+    rows, sub_pos, tgt_pos, tgt_ids, owner = [], [], [], [], []
+    for i, r in enumerate(requests):
+        for p in pre:
+            rows.append(p + r.prompt_ids + r.target_ids[:-1])
+            sub_pos.append(len(p) + r.subject_last)
+            start = len(p) + len(r.prompt_ids) - 1
+            tgt_pos.append([start + j for j in range(len(r.target_ids))])
+            tgt_ids.append(list(r.target_ids))
+            owner.append(i)
+    width = max(len(t) for t in tgt_ids)
+    tmask = torch.tensor([[1.0] * len(t) + [0.0] * (width - len(t)) for t in tgt_ids], device=device)
+    tpos = torch.tensor([t + [t[-1]] * (width - len(t)) for t in tgt_pos], device=device)
+    tids = torch.tensor([t + [t[-1]] * (width - len(t)) for t in tgt_ids], device=device)
+    ids, mask = _batch(rows)
+    ids, mask = ids.to(device), mask.to(device)
+    sub_pos_t = torch.tensor(sub_pos, device=device)
+    owner_t = torch.tensor(owner, device=device)
+    ess_rows = [r.prompt_ids[: r.subject_last + 1] for r in requests]
+    ess_ids, ess_mask = _batch(ess_rows)
+    ess_ids, ess_mask = ess_ids.to(device), ess_mask.to(device)
+    ess_pos = torch.tensor([len(e) - 1 for e in ess_rows], device=device)
+    row_idx = torch.arange(len(rows), device=device)
     try:
         for p in params:
             p.requires_grad_(False)
-        for r in requests:
-            if not r.target_ids:
-                raise ValueError("every request needs a non-empty target_new")
-            rows, sub_pos, tgt_pos = [], [], []
-            for p in pre:
-                full = p + r.prompt_ids + r.target_ids[:-1]
-                rows.append(full)
-                sub_pos.append(len(p) + r.subject_last)
-                start = len(p) + len(r.prompt_ids) - 1
-                tgt_pos.append([start + j for j in range(len(r.target_ids))])
-            ids, mask = _batch(rows)
-            ids, mask = ids.to(device), mask.to(device)
-            sub_pos_t = torch.tensor(sub_pos, device=device)
-            tgt_pos_t = torch.tensor(tgt_pos, device=device)
-            tgt = torch.tensor(r.target_ids, device=device).expand(len(rows), -1)
-            ess = r.prompt_ids[: r.subject_last + 1]
-            ess_ids = torch.tensor([ess], device=device)
-            ess_pos = torch.tensor([len(ess) - 1], device=device)
-            with torch.no_grad(), site.record_inputs() as store:
-                model(input_ids=ids, attention_mask=mask)
-                out = site.module(store[0][torch.arange(len(rows)), sub_pos_t])
-                v = out.double().mean(0)
-                ref = torch.log_softmax(model(input_ids=ess_ids).logits[0, -1].double(), -1)
-            v_norm2 = v.pow(2).sum().clamp_min(1e-12)
-            delta = torch.zeros(site.d_v, dtype=torch.float32, device=device, requires_grad=True)
-            opt = torch.optim.Adam([delta], lr=lr)
-            for _ in range(steps):
-                with site.add_to_output(delta, sub_pos_t):
-                    logits = model(input_ids=ids, attention_mask=mask).logits
-                logp = torch.log_softmax(logits.float(), -1)
-                rows_idx = torch.arange(len(rows), device=device)[:, None]
-                nll = -logp[rows_idx, tgt_pos_t, tgt].mean()
-                loss = nll + weight_decay * delta.pow(2).sum() / v_norm2.float()
-                if kl_factor > 0:
-                    with site.add_to_output(delta, ess_pos):
-                        ess_logp = torch.log_softmax(model(input_ids=ess_ids).logits[0, -1].float(), -1)
-                    kl = torch.sum(ref.float().exp() * (ref.float() - ess_logp))
-                    loss = loss + kl_factor * kl
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
-                with torch.no_grad():
-                    limit = clamp_norm_factor * v_norm2.sqrt().float()
-                    norm = delta.norm()
-                    if norm > limit:
-                        delta.mul_(limit / norm)
-            d = delta.detach().double().cpu()
-            values.append(v.cpu() + d)
-            residuals.append(d)
+        with torch.no_grad(), site.record_inputs() as store:
+            model(input_ids=ids, attention_mask=mask)
+            out = site.module(store[0][row_idx, sub_pos_t]).double()
+            v = out.view(n, P, -1).mean(1)  # (n, d_v)
+            ref = torch.log_softmax(model(input_ids=ess_ids, attention_mask=ess_mask).logits[
+                torch.arange(n, device=device), ess_pos].float(), -1)
+        v_norm2 = v.pow(2).sum(1).clamp_min(1e-12).float()  # (n,)
+        delta = torch.zeros(n, site.d_v, dtype=torch.float32, device=device, requires_grad=True)
+        opt = torch.optim.Adam([delta], lr=lr)
+        for _ in range(steps):
+            with site.add_to_output(delta[owner_t], sub_pos_t):
+                logits = model(input_ids=ids, attention_mask=mask).logits
+            logp = torch.log_softmax(logits.float(), -1)
+            tok = logp[row_idx[:, None], tpos, tids]  # (rows, width)
+            nll_row = -(tok * tmask).sum(1) / tmask.sum(1)
+            nll = torch.zeros(n, device=device).index_add(0, owner_t, nll_row) / P
+            loss = nll + weight_decay * delta.pow(2).sum(1) / v_norm2
+            if kl_factor > 0:
+                with site.add_to_output(delta, ess_pos):
+                    ess_logits = model(input_ids=ess_ids, attention_mask=ess_mask).logits
+                ess_logp = torch.log_softmax(ess_logits[torch.arange(n, device=device), ess_pos].float(), -1)
+                kl = torch.sum(ref.exp() * (ref - ess_logp), -1)
+                loss = loss + kl_factor * kl
+            opt.zero_grad()
+            loss.sum().backward()
+            opt.step()
+            with torch.no_grad():
+                limit = clamp_norm_factor * v_norm2.sqrt()
+                norm = delta.norm(dim=1)
+                scale = torch.where(norm > limit, limit / norm.clamp_min(1e-30), torch.ones_like(norm))
+                delta.mul_(scale[:, None])
+        d = delta.detach().double().cpu()
+        values, residuals = (v.cpu() + d).T.contiguous(), d.T.contiguous()
     finally:
         for p, f in zip(params, flags):
             p.requires_grad_(f)
-    return torch.stack(values, 1), torch.stack(residuals, 1)
+    return values, residuals
 
 
 # ------------------------------------------------------------------------------------ updates
