@@ -21,8 +21,8 @@ verdict, numbers[, error]}``); ``headlines`` (``{text, criteria, untested, verdi
 time of every cache entry it found on disk: what a cold cache costs); ``seed_wall_s``;
 ``seed_cold_wall_s``; ``budget_s``; ``over_budget`` (``cold_wall_s > budget_s``);
 ``provenance`` (``commit``, ``dirty`` with untracked files, ``claim_hash``, ``config_hash``,
-captured when the run starts); ``warnings`` (dirty, over budget, sweeps at a grid edge, criteria
-that errored); ``config``; ``env``; ``created``; ``implemented``; ``differences``; ``data``;
+captured when the run starts, with the 1-minute load average); ``load_avg_1m_end``; ``warnings``
+(dirty, a loaded machine, over budget, sweeps at a grid edge, criteria that errored); ``config``; ``env``; ``created``; ``implemented``; ``differences``; ``data``;
 ``glossary``; ``command``.
 
 Per-seed partials carry the provenance hashes; a partial written by other claim code or another
@@ -160,12 +160,20 @@ def config_hash(config: dict[str, Any]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+def _load_avg() -> float | None:
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):
+        return None
+
+
 def provenance(claim: Claim, profile: Profile) -> dict[str, Any]:
     """Commit, dirty flag (untracked files included), claim-source and config hashes: taken at the start."""
     git = _git_commit()
     return {
         "commit": git["commit"],
         "dirty": git["dirty"],
+        "load_avg_1m": _load_avg(),
         "claim_hash": claim_hash(claim),
         "config_hash": config_hash(claim.configs[profile.value]),
         "captured": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -223,6 +231,13 @@ def _warnings(data: dict[str, Any]) -> list[str]:
         out.append("dirty: the checkout had uncommitted or untracked changes when the run started")
     if prov.get("commit") is None:
         out.append("no git commit recorded")
+    cores = os.cpu_count() or 1
+    loads = [x for x in (prov.get("load_avg_1m"), data.get("load_avg_1m_end")) if x is not None]
+    if loads and max(loads) > cores + 0.5:
+        out.append(
+            f"loaded machine: 1-minute load average up to {max(loads):.1f} on {cores} cores, so wall times "
+            "and timing metrics are inflated"
+        )
     if data["over_budget"]:
         out.append(f"over budget: {data['cold_wall_s']:.0f} s cold > {data['budget_s']:.0f} s")
     for judged in (*data["premises"], *data["criteria"]):
@@ -287,6 +302,7 @@ def aggregate(
         "budget_s": profile.budget_s,
         "over_budget": cold > profile.budget_s,
         "provenance": prov if prov is not None else provenance(claim, profile),
+        "load_avg_1m_end": _load_avg(),
         "config": claim.configs[profile.value],
         "env": env if env is not None else capture_env(),
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
