@@ -21,7 +21,11 @@ from neurips26.common.kg import (
 
 @pytest.mark.parametrize(
     "name,entities,relations,sizes",
-    [("nations", 14, 55, (1592, 199, 201)), ("kinships", 104, 25, (8544, 1068, 1074)), ("umls", 135, 46, (5216, 652, 661))],
+    [
+        ("nations", 14, 55, (1592, 199, 201)),
+        ("kinships", 104, 25, (8544, 1068, 1074)),
+        ("umls", 135, 46, (5216, 652, 661)),
+    ],
 )
 def test_pykeen_files_read_from_the_wheel(name, entities, relations, sizes):
     kg = load_pykeen_dataset(name)

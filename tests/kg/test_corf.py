@@ -1,7 +1,6 @@
 """Tests of CoRF: exactness against the full graph, planner invariants, LPT, bad input."""
 
 import itertools
-import random
 
 import pytest
 import torch
@@ -30,7 +29,11 @@ R = 3  # relations before inverses
 def random_kg(n, m, seed):
     gen = torch.Generator().manual_seed(seed)
     triples = torch.stack(
-        [torch.randint(0, n, (m,), generator=gen), torch.randint(0, R, (m,), generator=gen), torch.randint(0, n, (m,), generator=gen)],
+        [
+            torch.randint(0, n, (m,), generator=gen),
+            torch.randint(0, R, (m,), generator=gen),
+            torch.randint(0, n, (m,), generator=gen),
+        ],
         1,
     )
     ei, et = add_inverse(triples, R)
@@ -44,12 +47,17 @@ def model(layers, seed=0, **kw):
 
 def queries(n, b, seed):
     gen = torch.Generator().manual_seed(seed)
-    return torch.stack([torch.randint(0, n, (b,), generator=gen), torch.randint(0, 2 * R, (b,), generator=gen)], 1)
+    return torch.stack(
+        [torch.randint(0, n, (b,), generator=gen), torch.randint(0, 2 * R, (b,), generator=gen)], 1
+    )
 
 
 @settings(max_examples=12, deadline=None)
 @given(
-    n=st.integers(4, 40), m=st.integers(1, 60), layers=st.integers(1, 3), seed=st.integers(0, 10_000),
+    n=st.integers(4, 40),
+    m=st.integers(1, 60),
+    layers=st.integers(1, 3),
+    seed=st.integers(0, 10_000),
     budget=st.sampled_from([1.0, 2.0, 4.0, 8]),
 )
 def test_corf_equals_full_graph_and_subgraph(n, m, layers, seed, budget):
@@ -62,19 +70,27 @@ def test_corf_equals_full_graph_and_subgraph(n, m, layers, seed, budget):
         ex = CoRFExecutor(mod, ReceptiveSupportPlanner(layers, node_budget=budget), batch_size=4)
         corf = ex.scores(q, g)
     assert torch.allclose(corf, full, atol=1e-5) and torch.allclose(sub, full, atol=1e-5)
-    assert ex.last_stats["exact"] and ex.last_stats["coverage"] + ex.last_stats["num_residual"] / 9 == pytest.approx(1)
+    assert ex.last_stats["exact"] and ex.last_stats["coverage"] + ex.last_stats[
+        "num_residual"
+    ] / 9 == pytest.approx(1)
 
 
 def test_unreached_candidates_get_closed_form_score():
     # two components {0,1} and {2,3}: from head 0 entities 2, 3 are unreached
-    g = Data(edge_index=torch.tensor([[0, 1, 2, 3], [1, 0, 3, 2]]), edge_type=torch.tensor([0, 3, 1, 4]), num_nodes=4)
+    g = Data(
+        edge_index=torch.tensor([[0, 1, 2, 3], [1, 0, 3, 2]]),
+        edge_type=torch.tensor([0, 3, 1, 4]),
+        num_nodes=4,
+    )
     mod = model(2)
     q = torch.tensor([[0, 2]])
     with torch.no_grad():
         s = CoRF(mod, ReceptiveSupportPlanner(2)).scores(q, g)
         full = FullGraphExecutor(mod).scores(q, g)
         const = mod.unreached_score(torch.tensor([2]))
-    assert torch.allclose(s[0, 2:], const.expand(2)) and torch.allclose(full[0, 2:], const.expand(2), atol=1e-6)
+    assert torch.allclose(s[0, 2:], const.expand(2)) and torch.allclose(
+        full[0, 2:], const.expand(2), atol=1e-6
+    )
 
 
 def test_zero_preservation_and_non_progressive_refused():
@@ -100,7 +116,9 @@ def test_grouping_invariance():
     with torch.no_grad():
         ref = FullGraphExecutor(mod).scores(q, g)
         for budget, overlap, locality in itertools.product([1, 30], [0.0, 0.9], ["bfs", "none", "louvain"]):
-            ex = CoRFExecutor(mod, ReceptiveSupportPlanner(2, node_budget=budget, min_overlap=overlap, locality=locality), 5)
+            ex = CoRFExecutor(
+                mod, ReceptiveSupportPlanner(2, node_budget=budget, min_overlap=overlap, locality=locality), 5
+            )
             assert torch.allclose(ex.scores(q, g), ref, atol=1e-5), (budget, overlap, locality)
 
 
@@ -129,7 +147,11 @@ def test_coverage_and_budgeted_mode():
 
 def test_redundancy_ratio():
     # two disjoint components, one query head in each: rho = 1
-    g = Data(edge_index=torch.tensor([[0, 1, 2, 3], [1, 0, 3, 2]]), edge_type=torch.tensor([0, 3, 0, 3]), num_nodes=4)
+    g = Data(
+        edge_index=torch.tensor([[0, 1, 2, 3], [1, 0, 3, 2]]),
+        edge_type=torch.tensor([0, 3, 0, 3]),
+        num_nodes=4,
+    )
     pl = ReceptiveSupportPlanner(1)
     pl.plan(torch.tensor([[0, 0], [2, 0]]), g.edge_index, g.edge_type, 4)
     assert pl.last_stats["rho"] == 1.0
@@ -164,7 +186,16 @@ def test_training_is_executor_agnostic():
     triples = torch.stack([g.edge_index[0, :40], g.edge_type[:40], g.edge_index[1, :40]], 1)
     a, b = model(2, 1), model(2, 1)
     la = train_cmp(FullGraphExecutor(a), triples, g, R, steps=3, batch_queries=4, num_negatives=4, seed=0)
-    lb = train_cmp(CoRFExecutor(b, ReceptiveSupportPlanner(2)), triples, g, R, steps=3, batch_queries=4, num_negatives=4, seed=0)
+    lb = train_cmp(
+        CoRFExecutor(b, ReceptiveSupportPlanner(2)),
+        triples,
+        g,
+        R,
+        steps=3,
+        batch_queries=4,
+        num_negatives=4,
+        seed=0,
+    )
     assert la["losses"] == pytest.approx(lb["losses"], abs=1e-5)
     for pa, pb in zip(a.parameters(), b.parameters()):
         assert torch.allclose(pa, pb, atol=1e-5)
@@ -192,7 +223,7 @@ def test_bad_input():
         lpt_assign([1.0, -1.0], 2)
 
 
-_WORKER = '''
+_WORKER = """
 import os, torch, torch.distributed as dist
 from torch_geometric.data import Data
 from neurips26.common.kg import add_inverse
@@ -214,7 +245,7 @@ with torch.no_grad():
 if dist.get_rank() == 0:
     torch.save({"dist": out, "single": single}, os.environ["CORF_OUT"])
 dist.destroy_process_group()
-'''
+"""
 
 
 @pytest.mark.slow

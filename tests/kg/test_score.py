@@ -21,7 +21,9 @@ from neurips26.kg.score import (
 )
 
 
-@pytest.mark.parametrize("name,count", [("1p", 1), ("2p", 2), ("3p", 3), ("2i", 1), ("3i", 1), ("pi", 2), ("ip", 2)])
+@pytest.mark.parametrize(
+    "name,count", [("1p", 1), ("2p", 2), ("3p", 3), ("2i", 1), ("3i", 1), ("pi", 2), ("ip", 2)]
+)
 def test_variable_counts(name, count):
     vs = query_variables(STRUCTURES[name])
     assert len(vs) == count and [v.index for v in vs] == list(range(count))
@@ -32,7 +34,9 @@ def test_variable_counts(name, count):
         assert [v.kind for v in vs] == ["projection", "intersection"]
 
 
-@pytest.mark.parametrize("bad", [("e",), ("e", ("n",)), ("x", ("r",)), (("e", ("r",)),), "2p", (("e", ("r",)), ("u",))])
+@pytest.mark.parametrize(
+    "bad", [("e",), ("e", ("n",)), ("x", ("r",)), (("e", ("r",)),), "2p", (("e", ("r",)), ("u",))]
+)
 def test_structure_outside_grammar_raises(bad):
     with pytest.raises(ValueError, match="outside the grammar"):
         query_variables(bad)
@@ -124,7 +128,9 @@ def test_positive_raises_own_score_and_label_flip():
     assert up[2] > 0.3 and down[2] < 0.3
     l0 = torch.logit(s)
     keep = torch.tensor([0, 1, 3, 4, 5])  # entity 2 (sim 1) saturates the float32 sigmoid
-    assert torch.allclose((torch.logit(up) - l0)[keep], -(torch.logit(down) - l0)[keep], atol=1e-3)  # sign flips
+    assert torch.allclose(
+        (torch.logit(up) - l0)[keep], -(torch.logit(down) - l0)[keep], atol=1e-3
+    )  # sign flips
 
 
 def test_complex_cosine():
@@ -133,7 +139,11 @@ def test_complex_cosine():
     assert torch.allclose(sim.diagonal(), torch.ones(5)) and (sim.abs() <= 1).all()
     real = torch.randn(5, 3, generator=torch.Generator().manual_seed(2))
     as_complex = torch.complex(real, torch.zeros_like(real))
-    assert torch.allclose(complex_cosine(as_complex, torch.arange(5)), torch.nn.functional.cosine_similarity(real[:, None], real[None], dim=-1), atol=1e-6)
+    assert torch.allclose(
+        complex_cosine(as_complex, torch.arange(5)),
+        torch.nn.functional.cosine_similarity(real[:, None], real[None], dim=-1),
+        atol=1e-6,
+    )
 
 
 def test_intermediate_preference_moves_induced_answer():
@@ -182,8 +192,12 @@ def test_adjacency_from_link_predictor_keeps_observed_and_is_partition_free():
     model = ComplEx(num_nodes=9, num_relations=2, hidden_channels=4)
     edges = {0: torch.tensor([[0, 1], [2, 3]]), 1: torch.tensor([[4], [5]])}
     with torch.no_grad():
-        a = FuzzyAdjacency.from_link_predictor(lambda h, r: complex_tail_scores(model, h, r), edges, 9, 2, threshold=0.01)
-        b = FuzzyAdjacency.from_link_predictor(lambda h, r: complex_tail_scores(model, h, r), edges, 9, 2, threshold=0.01, fraction=3)
+        a = FuzzyAdjacency.from_link_predictor(
+            lambda h, r: complex_tail_scores(model, h, r), edges, 9, 2, threshold=0.01
+        )
+        b = FuzzyAdjacency.from_link_predictor(
+            lambda h, r: complex_tail_scores(model, h, r), edges, 9, 2, threshold=0.01, fraction=3
+        )
     for r in range(2):
         dense = torch.zeros(9, 9)
         dense[a.rows[r], a.cols[r]] = a.values[r]

@@ -80,17 +80,29 @@ def _evaluate(model, kg, graph, cfg, seed, batch_size, tag, full_eval: bool, num
         kg.test, kg.num_relations, num_queries, pool_fraction=cfg["pool_fraction"], seed=seed + 11
     )
     ex = _executors(model, cfg, batch_size)
-    row: dict = {"graph": tag, "num_entities": kg.num_entities, "edges": int(graph.edge_index.shape[1]),
-                 "batch_size": batch_size, "num_queries": int(queries.shape[0])}
+    row: dict = {
+        "graph": tag,
+        "num_entities": kg.num_entities,
+        "edges": int(graph.edge_index.shape[1]),
+        "batch_size": batch_size,
+        "num_queries": int(queries.shape[0]),
+    }
     sub = queries[: cfg["full_graph_queries"]]
     with torch.no_grad():
         scores = {}
         for arm in ("per_query", "corf"):
             sec, scores[arm] = _timed(ex[arm], queries, graph, cfg["repeats"])
-            row[arm] = {"seconds": sec, "queries_per_s": queries.shape[0] / sec, **{
-                k: v for k, v in ex[arm].last_stats.items() if isinstance(v, (int, float, bool))}}
+            row[arm] = {
+                "seconds": sec,
+                "queries_per_s": queries.shape[0] / sec,
+                **{k: v for k, v in ex[arm].last_stats.items() if isinstance(v, (int, float, bool))},
+            }
         sec, full = _timed(ex["full_graph"], sub, graph, cfg["repeats"])
-        row["full_graph"] = {"seconds": sec, "queries_per_s": sub.shape[0] / sec, "timed_queries": int(sub.shape[0])}
+        row["full_graph"] = {
+            "seconds": sec,
+            "queries_per_s": sub.shape[0] / sec,
+            "timed_queries": int(sub.shape[0]),
+        }
         for arm in ("per_query", "corf"):
             row[arm]["max_abs_diff"] = float((scores[arm][: sub.shape[0]] - full).abs().max())
         # peak memory of one batch_size-query workload (first batch), profiler allocator events
@@ -129,10 +141,22 @@ def _evaluate(model, kg, graph, cfg, seed, batch_size, tag, full_eval: bool, num
 def _train(kg, graph, cfg, seed, steps):
     torch.manual_seed(seed)
     model = NBFNetLite(2 * kg.num_relations, hidden=cfg["hidden"], num_layers=cfg["num_layers"])
-    ex = CoRFExecutor(model, ReceptiveSupportPlanner(cfg["num_layers"], node_budget=cfg["node_budget"], redundancy=False),
-                      batch_size=cfg["train_queries"])
-    log = train_cmp(ex, kg.train, graph, kg.num_relations, steps=steps, batch_queries=cfg["train_queries"],
-                    num_negatives=32, lr=cfg["lr"], seed=seed)
+    ex = CoRFExecutor(
+        model,
+        ReceptiveSupportPlanner(cfg["num_layers"], node_budget=cfg["node_budget"], redundancy=False),
+        batch_size=cfg["train_queries"],
+    )
+    log = train_cmp(
+        ex,
+        kg.train,
+        graph,
+        kg.num_relations,
+        steps=steps,
+        batch_queries=cfg["train_queries"],
+        num_negatives=32,
+        lr=cfg["lr"],
+        seed=seed,
+    )
     model.eval()
     return model, log
 
@@ -153,39 +177,79 @@ def _run_inner(cfg: dict, seed: int) -> SeedResult:
         model, log = _train(kg, graph, cfg, seed, steps)
         if steps:
             curves["train_loss_synthetic"] = {METHOD: log["losses"]}
-            budget = {arm: {"train_steps": steps, "train_executor": "corf (exact: identical gradients)",
-                            "params": sum(p.numel() for p in model.parameters()), "lr_grid": [cfg["lr"]]}
-                      for arm in (METHOD, *BASELINES)}
+            budget = {
+                arm: {
+                    "train_steps": steps,
+                    "train_executor": "corf (exact: identical gradients)",
+                    "params": sum(p.numel() for p in model.parameters()),
+                    "lr_grid": [cfg["lr"]],
+                }
+                for arm in (METHOD, *BASELINES)
+            }
         for bs in cfg["batch_sizes"]:
-            rows.append(_evaluate(model, kg, graph, cfg, seed, bs, f"synthetic_n{n}",
-                                  full_eval=(n == main and bs == cfg["batch_sizes"][0]), num_queries=cfg["num_queries"]))
+            rows.append(
+                _evaluate(
+                    model,
+                    kg,
+                    graph,
+                    cfg,
+                    seed,
+                    bs,
+                    f"synthetic_n{n}",
+                    full_eval=(n == main and bs == cfg["batch_sizes"][0]),
+                    num_queries=cfg["num_queries"],
+                )
+            )
     for name in cfg["real"]:
         kg = load_pykeen_dataset(name)
         graph = _graph(kg)
         model, log = _train(kg, graph, cfg, seed, cfg["steps_real"])
         curves[f"train_loss_{name}"] = {METHOD: log["losses"]}
-        rows.append(_evaluate(model, kg, graph, cfg, seed, cfg["batch_sizes"][0], name, full_eval=True,
-                              num_queries=cfg["num_queries_real"]))
+        rows.append(
+            _evaluate(
+                model,
+                kg,
+                graph,
+                cfg,
+                seed,
+                cfg["batch_sizes"][0],
+                name,
+                full_eval=True,
+                num_queries=cfg["num_queries_real"],
+            )
+        )
 
     def pick(tag, bs=cfg["batch_sizes"][0]):
         return next(r for r in rows if r["graph"] == tag and r["batch_size"] == bs)
 
     syn = pick(f"synthetic_n{main}")
     metrics = {
-        "mrr": {METHOD: syn["corf"]["mrr"], "per_query": syn["per_query"]["mrr"], "random": syn["random_mrr"]},
+        "mrr": {
+            METHOD: syn["corf"]["mrr"],
+            "per_query": syn["per_query"]["mrr"],
+            "random": syn["random_mrr"],
+        },
         "queries_per_s": {a: syn[a]["queries_per_s"] for a in ("corf", "per_query", "full_graph")},
         "peak_mb": {a: syn[a]["peak_mb"] for a in ("corf", "per_query", "full_graph")},
         "max_abs_diff": {a: max(r[a]["max_abs_diff"] for r in rows) for a in ("corf", "per_query")},
         "exact": {METHOD: float(max(r["corf"]["max_abs_diff"] for r in rows) < 1e-5)},
         "rho": {METHOD: syn["rho"]},
         "max_speedup": {METHOD: max(r["per_query"]["seconds"] / r["corf"]["seconds"] for r in rows)},
-        "max_memory_reduction": {METHOD: max(r["per_query"]["peak_mb"] / max(r["corf"]["peak_mb"], 1e-9) for r in rows)},
+        "max_memory_reduction": {
+            METHOD: max(r["per_query"]["peak_mb"] / max(r["corf"]["peak_mb"], 1e-9) for r in rows)
+        },
         "makespan_s": {METHOD: syn["makespan_lpt_s"], "round_robin": syn["makespan_round_robin_s"]},
     }
     for name in cfg["real"]:
         r = pick(name)
-        metrics[f"queries_per_s_{name}"] = {a: r[a]["queries_per_s"] for a in ("corf", "per_query", "full_graph")}
-        metrics[f"mrr_{name}"] = {METHOD: r["corf"]["mrr"], "per_query": r["per_query"]["mrr"], "random": r["random_mrr"]}
+        metrics[f"queries_per_s_{name}"] = {
+            a: r[a]["queries_per_s"] for a in ("corf", "per_query", "full_graph")
+        }
+        metrics[f"mrr_{name}"] = {
+            METHOD: r["corf"]["mrr"],
+            "per_query": r["per_query"]["mrr"],
+            "random": r["random_mrr"],
+        }
     return SeedResult(metrics=metrics, curves=curves, info={"per_setting": rows, "budget": budget})
 
 
@@ -198,10 +262,13 @@ def _plot(result: dict, folder: Path) -> list[Path]:
             work = r["num_queries"] * r["edges"] / r["num_entities"]
             for arm in ("corf", "per_query", "full_graph"):
                 pts.setdefault(arm, {}).setdefault((r["graph"], r["batch_size"], work), []).append(
-                    (r[arm]["seconds"] / (r[arm].get("timed_queries") or r["num_queries"]), r[arm]["peak_mb"]))
+                    (r[arm]["seconds"] / (r[arm].get("timed_queries") or r["num_queries"]), r[arm]["peak_mb"])
+                )
     for arm, by in pts.items():
         keys = sorted(by, key=lambda k: k[2])
-        ax[0].plot([k[2] for k in keys], [1e3 * np.mean([v[0] for v in by[k]]) for k in keys], "o-", label=arm)
+        ax[0].plot(
+            [k[2] for k in keys], [1e3 * np.mean([v[0] for v in by[k]]) for k in keys], "o-", label=arm
+        )
         ax[1].plot([k[2] for k in keys], [np.mean([v[1] for v in by[k]]) for k in keys], "o-", label=arm)
     for a, lab in zip(ax, ("ms per query", "peak MiB (one batch)")):
         a.set_xscale("log")
@@ -212,8 +279,15 @@ def _plot(result: dict, folder: Path) -> list[Path]:
     return [save_figure(fig, folder, "corf_cost_scaling", dpi=100)]
 
 
-_COMMON = {"num_relations": 20, "node_budget": 4.0, "pool_fraction": 0.1, "train_queries": 16, "lr": 5e-3,
-           "workers": 2, "repeats": 1}
+_COMMON = {
+    "num_relations": 20,
+    "node_budget": 4.0,
+    "pool_fraction": 0.1,
+    "train_queries": 16,
+    "lr": 5e-3,
+    "workers": 2,
+    "repeats": 1,
+}
 
 CLAIM = Claim(
     slug="corf",
@@ -244,22 +318,66 @@ CLAIM = Claim(
     headlines=(
         Headline(
             "Up to 5.9x speed-up on state-of-the-art CMP models without compromising reasoning accuracy",
-            criteria=("speedup_5_9x", "faster_synthetic", "faster_umls", "faster_kinships", "exact_scores", "equal_mrr"),
+            criteria=(
+                "speedup_5_9x",
+                "faster_synthetic",
+                "faster_umls",
+                "faster_kinships",
+                "exact_scores",
+                "equal_mrr",
+            ),
         ),
         Headline("Up to 10.0x memory reduction", criteria=("memory_10x", "less_memory_synthetic")),
-        Headline("Cost-aware load balancing improves distributed efficiency", criteria=("lpt_beats_round_robin",)),
+        Headline(
+            "Cost-aware load balancing improves distributed efficiency", criteria=("lpt_beats_round_robin",)
+        ),
     ),
-    items={"mrr": {"smoke": 48, "quick": 256, "full": 1024}, "mrr_umls": {"smoke": 32, "quick": 64, "full": 128},
-           "mrr_kinships": {"smoke": 32, "quick": 64, "full": 128}},
+    items={
+        "mrr": {"smoke": 48, "quick": 256, "full": 1024},
+        "mrr_umls": {"smoke": 32, "quick": 64, "full": 128},
+        "mrr_kinships": {"smoke": 32, "quick": 64, "full": 128},
+    },
     run=_run,
     configs={
-        "smoke": {**_COMMON, "graph_sizes": [300], "num_queries": 48, "num_layers": 2, "hidden": 8, "steps": 2,
-                  "steps_real": 1, "num_queries_real": 32, "batch_sizes": [16], "full_graph_queries": 16, "real": ["umls", "kinships"]},
-        "quick": {**_COMMON, "graph_sizes": [3000], "num_queries": 256, "num_layers": 3, "hidden": 16, "steps": 60,
-                  "steps_real": 10, "num_queries_real": 64, "batch_sizes": [32], "full_graph_queries": 32, "real": ["umls", "kinships"]},
-        "full": {**_COMMON, "graph_sizes": [5000, 20000], "num_queries": 1024, "num_layers": 3, "hidden": 32,
-                 "steps": 100, "steps_real": 40, "num_queries_real": 128, "batch_sizes": [64],
-                 "full_graph_queries": 32, "real": ["umls", "kinships"]},
+        "smoke": {
+            **_COMMON,
+            "graph_sizes": [300],
+            "num_queries": 48,
+            "num_layers": 2,
+            "hidden": 8,
+            "steps": 2,
+            "steps_real": 1,
+            "num_queries_real": 32,
+            "batch_sizes": [16],
+            "full_graph_queries": 16,
+            "real": ["umls", "kinships"],
+        },
+        "quick": {
+            **_COMMON,
+            "graph_sizes": [3000],
+            "num_queries": 256,
+            "num_layers": 3,
+            "hidden": 16,
+            "steps": 60,
+            "steps_real": 10,
+            "num_queries_real": 64,
+            "batch_sizes": [32],
+            "full_graph_queries": 32,
+            "real": ["umls", "kinships"],
+        },
+        "full": {
+            **_COMMON,
+            "graph_sizes": [5000, 20000],
+            "num_queries": 1024,
+            "num_layers": 3,
+            "hidden": 32,
+            "steps": 100,
+            "steps_real": 40,
+            "num_queries_real": 128,
+            "batch_sizes": [64],
+            "full_graph_queries": 32,
+            "real": ["umls", "kinships"],
+        },
     },
     seeds={"smoke": (0,), "quick": (0,), "full": (0, 1, 2)},
     implemented=(
@@ -294,10 +412,12 @@ CLAIM = Claim(
     glossary={
         "mrr": "filtered MRR (realistic rank, PyKEEN convention, all splits filtered) of the trained model on the "
         "Zipf query batch of the largest synthetic graph; random = uniformly random scores",
-        "mrr_umls": "same on UMLS", "mrr_kinships": "same on Kinships",
+        "mrr_umls": "same on UMLS",
+        "mrr_kinships": "same on Kinships",
         "queries_per_s": "queries answered per wall second (planning/extraction included) on the largest synthetic "
         "graph at the first batch size; full_graph is timed on a prefix of the batch",
-        "queries_per_s_umls": "same on UMLS", "queries_per_s_kinships": "same on Kinships",
+        "queries_per_s_umls": "same on UMLS",
+        "queries_per_s_kinships": "same on Kinships",
         "peak_mb": "profiler peak allocated MiB while answering the first batch_size queries (largest synthetic graph)",
         "max_abs_diff": "largest |score - full-graph score| over all settings on the full-graph-timed prefix",
         "exact": "1 if CoRF's max_abs_diff < 1e-5 on every setting, else 0",

@@ -102,7 +102,11 @@ class KGSplits:
     def graph(self, split: str = "train") -> tuple[Tensor, Tensor]:
         """``(edge_index [2, 2T], edge_type [2T])`` of a split with inverse relations added."""
         check_choice("split", split, ("train", "train+valid", "all"))
-        triples = {"train": self.train, "train+valid": torch.cat([self.train, self.valid]), "all": self.all_triples()}
+        triples = {
+            "train": self.train,
+            "train+valid": torch.cat([self.train, self.valid]),
+            "all": self.all_triples(),
+        }
         return add_inverse(triples[split], self.num_relations)
 
 
@@ -149,7 +153,9 @@ def load_pykeen_dataset(name: str) -> KGSplits:
         try:
             ids = [(ent_id[h], rel_id[r], ent_id[t]) for h, r, t in rows[split]]
         except KeyError as err:
-            raise ValueError(f"{name}/{split}: {err.args[0]!r} does not occur in the training split") from None
+            raise ValueError(
+                f"{name}/{split}: {err.args[0]!r} does not occur in the training split"
+            ) from None
         return torch.tensor(ids, dtype=torch.long).view(-1, 3)
 
     return KGSplits(
@@ -277,7 +283,11 @@ def check_triples(name: str, triples: Tensor, num_entities: int, num_relations: 
     if triples.dtype != torch.long:
         raise TypeError(f"{name} must be a long tensor, got {triples.dtype}")
     if triples.numel():
-        for col, what, hi in ((0, "head", num_entities), (1, "relation", num_relations), (2, "tail", num_entities)):
+        for col, what, hi in (
+            (0, "head", num_entities),
+            (1, "relation", num_relations),
+            (2, "tail", num_entities),
+        ):
             bad = (triples[:, col] < 0) | (triples[:, col] >= hi)
             if bad.any():
                 raise ValueError(
@@ -330,7 +340,9 @@ def in_degree(edge_index: Tensor, num_nodes: int) -> Tensor:
     return torch.bincount(edge_index[1], minlength=num_nodes).to(torch.float32)
 
 
-def known_tails(*triple_sets: Tensor, num_relations: int, inverse: bool = True) -> dict[tuple[int, int], set[int]]:
+def known_tails(
+    *triple_sets: Tensor, num_relations: int, inverse: bool = True
+) -> dict[tuple[int, int], set[int]]:
     """Index ``(h, r) -> {t}`` over the given triple sets (the filter of the filtered protocol).
 
     With ``inverse=True`` every triple also registers ``(t, r + num_relations) -> h``, so head

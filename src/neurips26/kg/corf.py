@@ -197,7 +197,13 @@ class CMPLayer(MessagePassing):
         self.update_lin = nn.Linear(2 * hidden, hidden)
 
     def forward(
-        self, x: Tensor, edge_index: Tensor, edge_rel: Tensor, boundary: Tensor, degree: Tensor, mask: Tensor | None
+        self,
+        x: Tensor,
+        edge_index: Tensor,
+        edge_rel: Tensor,
+        boundary: Tensor,
+        degree: Tensor,
+        mask: Tensor | None,
     ) -> Tensor:
         n = x.shape[-2]
         agg = self.propagate(edge_index, x=x, edge_rel=edge_rel, size=(n, n))
@@ -258,7 +264,9 @@ class NBFNetLite(nn.Module):
         check_int("num_nodes", num_nodes, low=1)
         check_edge_index(edge_index, num_nodes)
         if edge_type.shape != (edge_index.shape[1],):
-            raise ValueError(f"edge_type must have shape ({edge_index.shape[1]},), got {tuple(edge_type.shape)}")
+            raise ValueError(
+                f"edge_type must have shape ({edge_index.shape[1]},), got {tuple(edge_type.shape)}"
+            )
         if edge_type.numel() and (edge_type.min() < 0 or edge_type.max() >= self.num_relations):
             raise ValueError(f"edge_type ids must lie in [0, {self.num_relations})")
         check_queries(queries, num_nodes, self.num_relations)
@@ -380,7 +388,10 @@ class FullGraphExecutor:
             self.model(edge_index, edge_type, queries[s : s + self.batch_size], n, deg)
             for s in range(0, queries.shape[0], self.batch_size)
         ]
-        self.last_stats = {"propagation_s": time.perf_counter() - t0, "edges_processed": queries.shape[0] * edge_index.shape[1]}
+        self.last_stats = {
+            "propagation_s": time.perf_counter() - t0,
+            "edges_processed": queries.shape[0] * edge_index.shape[1],
+        }
         return torch.cat(out)
 
 
@@ -411,7 +422,14 @@ class SubgraphExecutor:
             chunk = queries[s : s + self.batch_size]
             t0 = time.perf_counter()
             parts = [
-                k_hop_subgraph(int(h), self.num_hops, edge_index, relabel_nodes=True, num_nodes=n, flow="target_to_source")
+                k_hop_subgraph(
+                    int(h),
+                    self.num_hops,
+                    edge_index,
+                    relabel_nodes=True,
+                    num_nodes=n,
+                    flow="target_to_source",
+                )
                 for h in chunk[:, 0].tolist()
             ]
             nodes = torch.cat([p[0] for p in parts])
@@ -419,7 +437,9 @@ class SubgraphExecutor:
             offsets = torch.cumsum(sizes, 0) - sizes
             ei = torch.cat([p[1] + off for p, off in zip(parts, offsets.tolist())], dim=1)
             et = torch.cat([edge_type[p[3]] for p in parts])
-            eq = torch.repeat_interleave(torch.arange(len(parts)), torch.tensor([p[1].shape[1] for p in parts]))
+            eq = torch.repeat_interleave(
+                torch.arange(len(parts)), torch.tensor([p[1].shape[1] for p in parts])
+            )
             nq = torch.repeat_interleave(torch.arange(len(parts)), sizes)
             heads = torch.stack([p[2][0] for p in parts]) + offsets
             extract_s += time.perf_counter() - t0
@@ -539,7 +559,9 @@ class ReceptiveSupportPlanner:
         self.num_hops = check_int("num_hops", num_hops, low=1)
         self.redundancy = bool(redundancy)
         if isinstance(node_budget, bool) or not isinstance(node_budget, (int, float)) or node_budget <= 0:
-            raise ValueError(f"node_budget must be a positive int (nodes) or float (x median field), got {node_budget!r}")
+            raise ValueError(
+                f"node_budget must be a positive int (nodes) or float (x median field), got {node_budget!r}"
+            )
         self.node_budget = node_budget
         self.min_overlap = check_float("min_overlap", min_overlap, 0.0, 1.0)
         self.locality = check_choice("locality", locality, ("auto", "bfs", "louvain", "none"))
@@ -571,7 +593,12 @@ class ReceptiveSupportPlanner:
         return self._order_cache[1]
 
     def plan(
-        self, queries: Tensor, edge_index: Tensor, edge_type: Tensor, num_nodes: int, num_relations: int | None = None
+        self,
+        queries: Tensor,
+        edge_index: Tensor,
+        edge_type: Tensor,
+        num_nodes: int,
+        num_relations: int | None = None,
     ) -> tuple[list[Support], Tensor]:
         """Return the supports and the ``[K]`` indices of residual queries.
 
@@ -695,14 +722,18 @@ class CoRFExecutor:
         if not isinstance(planner, ReceptiveSupportPlanner):
             raise TypeError(f"planner must be a ReceptiveSupportPlanner, got {type(planner).__name__}")
         if planner.num_hops != model.num_layers:
-            raise ValueError(f"planner.num_hops ({planner.num_hops}) must equal model.num_layers ({model.num_layers})")
+            raise ValueError(
+                f"planner.num_hops ({planner.num_hops}) must equal model.num_layers ({model.num_layers})"
+            )
         if not allow_approx and not model.progressive:
             raise ValueError(
                 "exact CoRF needs a progressive (zero-preserving) model; a non-progressive model's biases make "
                 "every node's state non-zero, so supports are approximate: pass allow_approx=True to accept that"
             )
         if not allow_approx and planner.padding != "exact":
-            raise ValueError("planner.padding < num_hops is approximate: pass allow_approx=True to accept that")
+            raise ValueError(
+                "planner.padding < num_hops is approximate: pass allow_approx=True to accept that"
+            )
         self.planner = planner
         self.batch_size = check_int("batch_size", batch_size, low=1)
         self.residual = check_choice("residual", residual, ("exact_subgraph",))
@@ -714,7 +745,9 @@ class CoRFExecutor:
         edge_index, edge_type, n = _graph_parts(graph)
         return self.planner.plan(queries, edge_index, edge_type, n, self.model.num_relations)
 
-    def scores(self, queries: Tensor, graph: Data, plan: tuple[list[Support], Tensor] | None = None) -> Tensor:
+    def scores(
+        self, queries: Tensor, graph: Data, plan: tuple[list[Support], Tensor] | None = None
+    ) -> Tensor:
         """Full-entity scores ``[B, N]``; ``plan`` reuses a precomputed ``(supports, residual)``."""
         edge_index, edge_type, n = _graph_parts(graph)
         check_queries(queries, n, self.model.num_relations)
@@ -749,7 +782,6 @@ class CoRFExecutor:
         }
         return out
 
-
     def _run_pack(self, pack: list[tuple[Support, Tensor]], queries: Tensor, out: Tensor) -> int:
         """Propagate a pack of (support, query positions) as one batch and write the scores into ``out``.
 
@@ -782,7 +814,13 @@ class CoRFExecutor:
             qbase += k
         node_query = torch.cat(nq)
         sc = self.model.forward_union(
-            torch.cat(ei, 1), torch.cat(et), torch.cat(eq), node_query, torch.cat(heads), torch.cat(rels), torch.cat(deg)
+            torch.cat(ei, 1),
+            torch.cat(et),
+            torch.cat(eq),
+            node_query,
+            torch.cat(heads),
+            torch.cat(rels),
+            torch.cat(deg),
         )
         out[torch.cat(qpos)[node_query], torch.cat(nodes)] = sc
         return int(sum(e.shape[1] for e in ei))
@@ -910,9 +948,9 @@ def train_cmp(
         neg = torch.randint(0, n, (batch_queries, num_negatives), generator=gen)
         pos_s = scores.gather(1, tails.unsqueeze(1))
         neg_s = scores.gather(1, neg)
-        loss = F.binary_cross_entropy_with_logits(pos_s, torch.ones_like(pos_s)) + F.binary_cross_entropy_with_logits(
-            neg_s, torch.zeros_like(neg_s)
-        )
+        loss = F.binary_cross_entropy_with_logits(
+            pos_s, torch.ones_like(pos_s)
+        ) + F.binary_cross_entropy_with_logits(neg_s, torch.zeros_like(neg_s))
         opt.zero_grad()
         loss.backward()
         opt.step()

@@ -249,8 +249,13 @@ class QTOExecutor(torch.nn.Module):
             raise TypeError(f"adjacency must be a FuzzyAdjacency, got {type(adjacency).__name__}")
         self.adjacency = adjacency
 
-    def forward(self, structure, anchors: Tensor, relations: Tensor,
-                adjust: dict[int, Callable[[Tensor], Tensor]] | None = None) -> Tensor:
+    def forward(
+        self,
+        structure,
+        anchors: Tensor,
+        relations: Tensor,
+        adjust: dict[int, Callable[[Tensor], Tensor]] | None = None,
+    ) -> Tensor:
         """Fuzzy scores ``[N]`` of the target; ``adjust[j]`` is applied to variable ``j`` when it is created."""
         n_anchor, n_proj = _num_slots(structure)
         anchors, relations = torch.as_tensor(anchors).flatten(), torch.as_tensor(relations).flatten()
@@ -277,14 +282,18 @@ class QTOExecutor(torch.nn.Module):
             return adjust[j](v) if j in adjust else v
 
         out, _ = _walk(
-            structure, anchor, lambda v: self.adjacency.project(v, next(r_it)),
-            lambda vs: torch.stack(vs).prod(0), on_var,
+            structure,
+            anchor,
+            lambda v: self.adjacency.project(v, next(r_it)),
+            lambda vs: torch.stack(vs).prod(0),
+            on_var,
         )
         return out
 
 
-def score_adjust(scores: Tensor, pref_sim: Tensor, labels: Tensor, w_p: float = 1.0, w_n: float = 0.5,
-                 eps: float = 1e-6) -> Tensor:
+def score_adjust(
+    scores: Tensor, pref_sim: Tensor, labels: Tensor, w_p: float = 1.0, w_n: float = 0.5, eps: float = 1e-6
+) -> Tensor:
     """SCORE's log-odds adjustment (spec step 5).
 
     Parameters
@@ -310,7 +319,9 @@ def score_adjust(scores: Tensor, pref_sim: Tensor, labels: Tensor, w_p: float = 
     check_float("eps", eps, 0.0, 0.5, low_open=True, high_open=True)
     labels = torch.as_tensor(labels)
     if pref_sim.dim() != 2 or pref_sim.shape[0] != labels.numel():
-        raise ValueError(f"pref_sim must be [P, N] with P = len(labels) = {labels.numel()}, got {tuple(pref_sim.shape)}")
+        raise ValueError(
+            f"pref_sim must be [P, N] with P = len(labels) = {labels.numel()}, got {tuple(pref_sim.shape)}"
+        )
     if pref_sim.shape[1] != scores.shape[-1]:
         raise ValueError(f"pref_sim has {pref_sim.shape[1]} columns, scores {scores.shape[-1]} entities")
     if labels.numel() and not ((labels == 0) | (labels == 1)).all():
@@ -362,7 +373,9 @@ class SCORE:
     def _check_prefs(self, ids: Tensor, labels: Tensor) -> tuple[Tensor, Tensor]:
         ids, labels = torch.as_tensor(ids).flatten(), torch.as_tensor(labels).flatten()
         if ids.numel() != labels.numel():
-            raise ValueError(f"pref_ids ({ids.numel()}) and pref_labels ({labels.numel()}) must have the same length")
+            raise ValueError(
+                f"pref_ids ({ids.numel()}) and pref_labels ({labels.numel()}) must have the same length"
+            )
         if ((ids < 0) | (ids >= self.num_entities)).any():
             raise ValueError(f"preference ids must lie in [0, {self.num_entities})")
         return ids, labels
@@ -375,8 +388,14 @@ class SCORE:
         ids, labels = self._check_prefs(pref_ids, pref_labels)
         return score_adjust(scores, self.similarity(ids), labels, self.w_p, self.w_n)
 
-    def answer(self, executor: QTOExecutor, structure, anchors, relations,
-               preferences: dict[int, tuple[Tensor, Tensor]]) -> Tensor:
+    def answer(
+        self,
+        executor: QTOExecutor,
+        structure,
+        anchors,
+        relations,
+        preferences: dict[int, tuple[Tensor, Tensor]],
+    ) -> Tensor:
         """Target scores ``[N]`` with ``preferences[j] = (ids, labels)`` applied at variable ``j``."""
         adjust = {j: (lambda v, p=p: self.adjust(v, *p)) for j, p in preferences.items()}
         return executor(structure, anchors, relations, adjust=adjust)
