@@ -1,10 +1,11 @@
-"""Archer claim check: smoke profile structure, finiteness, determinism; loss-overhead benchmark."""
+"""Archer claim check: structure (arms incl. the SFT reference, premises, headlines, budget),
+finiteness, determinism (also across worker counts); loss-overhead benchmark."""
 
 from __future__ import annotations
 
 import math
 
-from neurips26.claims.archer import ARMS, CLAIM, loss_overhead
+from neurips26.claims.archer import ARMS, CLAIM, REFERENCE, _run, loss_overhead
 from neurips26.claims.runner import run_claim
 
 
@@ -12,27 +13,53 @@ def test_smoke_structure_and_determinism(tmp_path):
     first = run_claim("archer", "smoke", out=tmp_path / "a", force=True)
     second = run_claim("archer", "smoke", out=tmp_path / "b", force=True)
     assert first["metrics"] == second["metrics"]
-    assert set(CLAIM.arms) == set(ARMS)
-    for crit in CLAIM.criteria:
-        assert crit.metric in first["metrics"]
+    assert set(CLAIM.arms) == {*ARMS, REFERENCE}
+    for crit in (*CLAIM.premises, *CLAIM.criteria):
+        for arm in crit.arms_used(CLAIM.method):
+            assert arm in first["metrics"][crit.metric], (crit.label, arm)
+    for name in ("pass@1", "pass@8", "arith_correct", "final_entropy"):
+        assert set(first["metrics"][name]) == {*ARMS, REFERENCE}, name
+    for name in ("reward_gain", "reasoning_frac"):
+        assert set(first["metrics"][name]) == set(ARMS), name
     for name, arms in first["metrics"].items():
-        assert set(arms) == set(ARMS), name
         for arm, values in arms.items():
             assert all(math.isfinite(v) for v in values), (name, arm)
     for name in ("pass@1", "pass@8", "arith_correct"):
-        assert all(0.0 <= v <= 1.0 for arm in ARMS for v in first["metrics"][name][arm])
+        assert all(0.0 <= v <= 1.0 for vals in first["metrics"][name].values() for v in vals)
+    assert set(CLAIM.glossary) >= set(first["metrics"])
     info = first["info"][0]
     assert all(info["arms"][arm]["finite"] for arm in ARMS)
     assert 0.05 <= info["arms"]["archer"]["mean_reasoning_frac"] <= 0.35
     assert info["arms"]["grpo"]["mean_reasoning_frac"] == 0.0  # split disabled
     assert info["arms"]["archer"]["rollout_tokens_per_s"] > 0
     assert set(first["curves"]["entropy"]) == set(ARMS)
-    assert first["verdict"] in ("reproduced", "not reproduced", "inconclusive")
+    # every RL arm gets the same budget
+    budgets = info["budget"]
+    assert set(budgets) == set(ARMS)
+    assert len({tuple(sorted((k, str(v)) for k, v in b.items())) for b in budgets.values()}) == 1
+    assert first["premises"] and all(p.get("key") for p in first["premises"])
 
 
-def test_glossary_covers_metrics_and_criteria_declared():
+def test_parallel_arms_match_sequential():
+    config = dict(CLAIM.configs["smoke"], arms=("archer", "dapo"))
+    seq = _run(dict(config, workers=1), 0)
+    par = _run(dict(config, workers=2), 0)
+    assert seq.metrics == par.metrics
+    assert seq.curves == par.curves
+
+
+def test_declarations():
+    labels = {c.label for c in (*CLAIM.premises, *CLAIM.criteria)}
+    assert all(c.label for c in (*CLAIM.premises, *CLAIM.criteria))
+    assert {"sft_not_too_weak", "sft_not_too_strong", "grpo_learns"} <= {p.label for p in CLAIM.premises}
+    assert any(c.kind == "evidence" for c in CLAIM.criteria)
+    assert CLAIM.headlines and all(set(h.criteria) <= labels for h in CLAIM.headlines)
     assert {c.metric for c in CLAIM.criteria} <= set(CLAIM.glossary)
     assert len(CLAIM.seeds["full"]) >= 3
+    full = CLAIM.configs["full"]
+    assert full["n_eval"] == CLAIM.items["pass@1"]["full"]
+    for profile in ("smoke", "quick", "full"):
+        assert CLAIM.configs[profile]["n_eval"] == CLAIM.items["pass@1"][profile]
 
 
 def test_loss_overhead_benchmark_runs():
