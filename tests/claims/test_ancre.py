@@ -5,24 +5,52 @@ from __future__ import annotations
 import json
 import math
 
-from neurips26.claims.ancre import CLAIM
+import pytest
+
+from neurips26.claims.ancre import CLAIM, _connector, residual_init_logit
 from neurips26.claims.runner import run_claim
+
+
+def test_declaration():
+    labels = {c.label for c in (*CLAIM.premises, *CLAIM.criteria)}
+    assert CLAIM.premises and all(c.label for c in (*CLAIM.premises, *CLAIM.criteria))
+    assert {"residual_init_is_residual", "compute_overhead", "param_overhead"} <= labels
+    assert CLAIM.references == ("init",)
+    assert any(h.untested for h in CLAIM.headlines)
+    for h in CLAIM.headlines:
+        assert set(h.criteria) <= labels
+
+
+@pytest.mark.parametrize("k", [3, 12, 24, 32])
+def test_residual_init_is_residual(k):
+    config = CLAIM.configs["full"]
+    w = _connector("ancre", k, config).topology()
+    pred = w[range(k), range(k)]
+    assert float(pred.min()) >= config["init_pred_weight"] - 1e-6
+    assert float(pred.min()) >= 0.95
+    assert residual_init_logit(k, config) > 0
 
 
 def test_smoke_profile_structure_and_determinism(tmp_path):
     run_claim("ancre", "smoke", out=tmp_path, force=True)
     data = json.loads((tmp_path / "smoke" / "ancre.json").read_text())
-    for crit in CLAIM.criteria:
+    for crit in (*CLAIM.premises, *CLAIM.criteria):
         assert crit.metric in data["metrics"]
+    assert [p["key"] for p in data["premises"]] == [p.label for p in CLAIM.premises]
+    for metric in ("e2_loss_auc", "e2_test_acc", "e1_steps_to_target"):
+        assert set(data["metrics"][metric]) == {CLAIM.method, *CLAIM.baselines}, metric
+    assert set(data["metrics"]["e1_log10_final_loss"]) == set(CLAIM.arms)
     for metric, arms in data["metrics"].items():
-        assert set(arms) == set(CLAIM.arms), metric
         assert all(math.isfinite(v) for values in arms.values() for v in values), metric
     info = data["info"][0]
     assert info["e2_ancre_param_overhead"]["extra"] == 3  # K(K-1)/2 with K = 3
-    assert set(info["e2_step_time_ratio_vs_plain"]) == set(CLAIM.arms)
-    # plain and uniform-dense have identical parameter counts; ANCRe adds only the logits
+    assert data["metrics"]["e2_step_time_ratio"]["plain"] == [1.0]
+    assert data["metrics"]["init_pred_weight_min"]["plain"] == [1.0]
     assert info["e2_params"]["ancre"] - info["e2_params"]["plain"] == 3
+    assert set(info["budget"]) == {CLAIM.method, *CLAIM.baselines}
     again = CLAIM.run(dict(CLAIM.configs["smoke"]), 0)
     for metric, arms in again.metrics.items():
+        if metric == "e2_step_time_ratio":  # wall-clock timing
+            continue
         for arm, value in arms.items():
             assert value == data["metrics"][metric][arm][0], (metric, arm)
