@@ -323,7 +323,9 @@ _SHARED: dict[str, Any] = {}
 def _arm_result(arm, sft, tokenizer, task, config, seed, problems) -> tuple[dict[str, float], dict[str, Any]]:
     """RL one arm from the SFT checkpoint and evaluate it; returns (eval, RL record without model)."""
     out = _rl(arm, sft, tokenizer, task, config, seed)
-    ev = evaluate(out.pop("model"), tokenizer, task, problems, config["eval_samples"], config["max_new_tokens"], seed)
+    ev = evaluate(
+        out.pop("model"), tokenizer, task, problems, config["eval_samples"], config["max_new_tokens"], seed
+    )
     return ev, out
 
 
@@ -388,14 +390,18 @@ def _run_inner(config: dict[str, Any], seed: int) -> SeedResult:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
-        _SHARED.update(sft=sft, tokenizer=tokenizer, task=task, config=config, seed=seed, problems=eval_problems)
+        _SHARED.update(
+            sft=sft, tokenizer=tokenizer, task=task, config=config, seed=seed, problems=eval_problems
+        )
         try:
             with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
                 results = list(pool.map(_arm_job, config["arms"]))
         finally:
             _SHARED.clear()
     else:
-        results = [_arm_result(arm, sft, tokenizer, task, config, seed, eval_problems) for arm in config["arms"]]
+        results = [
+            _arm_result(arm, sft, tokenizer, task, config, seed, eval_problems) for arm in config["arms"]
+        ]
     for arm, (ev, out) in zip(config["arms"], results):
         LOG.info("%s eval %s (%.1fs)", arm, ev, time.perf_counter() - start)
         metrics["pass@1"][arm] = ev["pass@1"]
