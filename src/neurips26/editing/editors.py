@@ -422,8 +422,8 @@ def compute_target_values(
         for _ in range(steps):
             with site.add_to_output(delta[owner_t], sub_pos_t):
                 logits = model(input_ids=ids, attention_mask=mask).logits
-            logp = torch.log_softmax(logits.float(), -1)
-            tok = logp[row_idx[:, None], tpos, tids]  # (rows, width)
+            logp = torch.log_softmax(logits[row_idx[:, None], tpos].float(), -1)  # (rows, width, V)
+            tok = logp.gather(-1, tids[..., None])[..., 0]  # (rows, width)
             nll_row = -(tok * tmask).sum(1) / tmask.sum(1)
             nll = torch.zeros(n, device=device).index_add(0, owner_t, nll_row) / P
             loss = nll + weight_decay * delta.pow(2).sum(1) / v_norm2
@@ -771,14 +771,14 @@ def edit_metrics(model: torch.nn.Module, requests: Sequence[TokenizedRequest], b
         rows = [p + t[:-1] for p, t in rows_tgt]
         ids, mask = _batch(rows)
         with torch.no_grad():
-            logits = model(input_ids=ids.to(_device(model)), attention_mask=mask.to(_device(model))).logits.float()
-        logp = torch.log_softmax(logits, -1).cpu()
+            logits = model(input_ids=ids.to(_device(model)), attention_mask=mask.to(_device(model))).logits
         accs, lps = [], []
         for i, (p, t) in enumerate(rows_tgt):
             pos = torch.arange(len(p) - 1, len(p) - 1 + len(t))
             tt = torch.tensor(t)
-            accs.append((logp[i, pos].argmax(-1) == tt).double().mean())
-            lps.append(logp[i, pos, tt].double().sum())
+            logp = torch.log_softmax(logits[i, pos.to(logits.device)].float(), -1).cpu()  # only the needed rows
+            accs.append((logp.argmax(-1) == tt).double().mean())
+            lps.append(logp[torch.arange(len(t)), tt].double().sum())
         return torch.stack(accs), torch.stack(lps)
 
     for i in range(0, len(requests), batch_size):
