@@ -40,12 +40,15 @@ CAPITAL_TIME_ZONES: dict[str, str] = {
     "VE": "America/Caracas", "TW": "Asia/Taipei",
 }
 
-#: Prompt templates per language: relation -> template with ``{}`` for the country.
+#: Prompt templates per language: relation -> template with ``{}`` for the country. The capital
+#: templates are those under which Gemma-3-270M recalls most capitals (greedy first token, 45
+#: countries): en "The capital of {} is" 29 %, de "... heißt" 62 % ("... ist" 7 %), es "... se llama"
+#: 47 % ("... es" 0 %); no French template tried reached above 0 %.
 TEMPLATES: dict[str, dict[str, str]] = {
     "en": {"capital": "The capital of {} is", "currency": "The currency of {} is the"},
-    "de": {"capital": "Die Hauptstadt von {} ist", "currency": "Die Währung von {} ist der"},
+    "de": {"capital": "Die Hauptstadt von {} heißt", "currency": "Die Währung von {} ist der"},
     "fr": {"capital": "La capitale de {} est", "currency": "La monnaie de {} est le"},
-    "es": {"capital": "La capital de {} es", "currency": "La moneda de {} es el"},
+    "es": {"capital": "La capital de {} se llama", "currency": "La moneda de {} es el"},
 }
 LANGUAGES = tuple(TEMPLATES)
 
