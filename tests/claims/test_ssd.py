@@ -1,0 +1,43 @@
+"""SSD claim check: the synthetic world and the smoke profile's structure and determinism."""
+
+import math
+
+from neurips26.claims.ssd import CLAIM, QUESTIONS, VALUES, qa, word_tokenizer, world
+from neurips26.claims.runner import run_claim
+
+
+def test_world_and_tokenizer_round_trip():
+    tok = word_tokenizer()
+    w = world(5, 3, seed=0)
+    assert len(w["old"]) == 5 and len(w["new"]) == 3
+    names = {e["name"] for e in w["old"] + w["new"]}
+    assert len(names) == 8
+    for ent in w["new"]:
+        for attr in VALUES:
+            assert ent["attrs"][attr] in ent["doc"]
+            for tpl in range(len(QUESTIONS[attr])):
+                q, a = qa(ent, attr, tpl)
+                for text in (q, a, ent["doc"]):
+                    ids = tok(text, add_special_tokens=False)["input_ids"]
+                    assert tok.unk_token_id not in ids
+                    assert tok.decode(ids) == text
+
+
+def test_smoke_structure_and_determinism(tmp_path):
+    a = run_claim("ssd", "smoke", out=tmp_path / "a", force=True)
+    b = run_claim("ssd", "smoke", out=tmp_path / "b", force=True)
+    for crit in (*CLAIM.criteria, *CLAIM.premises):
+        for arm in crit.arms_used(CLAIM.method):
+            assert arm in a["metrics"][crit.metric], (crit.label, arm)
+    assert set(a["metrics"]["acc_heldout"]) == set(CLAIM.arms)
+    for name, arms in a["metrics"].items():
+        for values in arms.values():
+            assert all(math.isfinite(v) for v in values), name
+    for key in ("acc_heldout", "acc_train_template", "supervised_tokens", "teacher_forward_tokens"):
+        assert a["metrics"][key] == b["metrics"][key], key
+    assert set(CLAIM.glossary) == set(a["metrics"])
+    sup = a["metrics"]["supervised_tokens"]
+    # off-policy and on-policy supervise every response token; SSD only its interventions
+    assert sup["ssd"][0] <= sup["on_policy"][0]
+    budget = a["info"][0]["budget"]
+    assert len({rec["steps"] for rec in budget.values()}) == 1
