@@ -51,8 +51,15 @@ ARMS = (METHOD, *BASELINES, *REFERENCES)
 #: RULER tasks used by the criteria (full precision reaches the premise threshold on them), and the
 #: tasks SmolLM2-135M-Instruct cannot do at 512 tokens (full-precision accuracy measured once with
 #: ``ruler.evaluate`` on 6 items per task, seed 100, chat template; excluded by name, never silently).
-TASKS = ("niah_single_1", "niah_single_2", "niah_multikey_1", "niah_multikey_2")
-EXCLUDED_TASKS: dict[str, str] = {}
+TASKS = ("niah_single_1", "niah_single_2")
+EXCLUDED_TASKS: dict[str, str] = {
+    "niah_multikey_1": "full-precision accuracy 0.33 on 6 items (seed 100, 512 tokens): below the premise",
+    **{
+        t: "not used: full-precision accuracy at 512 tokens not yet measured when the criteria were declared"
+        for t in ("niah_single_3", "niah_multikey_2", "niah_multikey_3", "niah_multivalue", "niah_multiquery",
+                  "vt", "cwe", "fwe")
+    },
+}
 FULL_ACCURACY_THRESHOLD = 0.7
 
 
@@ -306,7 +313,7 @@ _COMMON = {
     "residual_length": 32,
     "template": "chat",
 }
-_N_FULL = 25  # items per task and seed in the full profile: 4 tasks x 25 = 100 per seed
+_N_FULL = 50  # items per task and seed in the full profile: 2 tasks x 50 = 100 per seed
 _N_QUICK = 6
 
 CLAIM = Claim(
@@ -425,13 +432,13 @@ CLAIM = Claim(
     differences=(
         "Abstract-only paper: normalisation of AAD, the allocation rule, the key/value ladder and the online "
         "modulation rule are inferred. SmolLM2-135M-Instruct instead of Llama-3.1/Qwen2.5 reasoning models; "
-        "RULER retrieval tasks (niah_single_1, niah_single_2, niah_multikey_1, niah_multikey_2) at 512 "
+        "RULER retrieval tasks niah_single_1 (noise haystack) and niah_single_2 (KJV haystack) at 512 "
         "tokens instead of long chain-of-thought benchmarks, because a 2-core CPU can prefill only about "
-        "150k tokens in the 10-minute budget: 100 items per seed (25 per task) x 3 seeds at 512 tokens, "
+        "150k tokens in the 10-minute budget: 100 items per seed (50 per task) x 3 seeds at 512 tokens, "
         "one shared full-precision prefill per item and only the decode per arm (3 seeds, not 5, for the "
         "same reason). The tasks are those SmolLM2 solves in full precision (premise per task at "
-        "accuracy >= 0.7); the other RULER tasks are excluded by name in info.excluded_tasks with the "
-        "full-precision accuracy measured once on 6 items (seed 100). KIVI protocol: the prefill attends "
+        "accuracy >= 0.7); niah_multikey_1 is excluded (full precision 0.33 on 6 items, seed 100) and the other RULER tasks "
+        "were not calibrated in time; all are named with the reason in info.excluded_tasks. KIVI protocol: the prefill attends "
         "in full precision, the stored context is quantised, the last prompt token and the decode read "
         "the quantised cache; AdaKVQ's tracker EMA is replayed chunk by chunk (128 tokens) so the online "
         "controller sees the nAAD of the chunked prefill (measured on full-precision keys). One bit-width "

@@ -222,9 +222,11 @@ def _sentence_end_ids(tok: Any) -> frozenset[int]:
 
 def _haystack_ids(tok: Any, kind: str, n_tokens: int, rng: random.Random, spec: _Spec) -> list[int]:
     if kind == "noise":
-        unit = _enc(tok, NOISE + " ")
-        reps = n_tokens // max(len(unit), 1) + 2
+        reps = n_tokens // max(len(_enc(tok, NOISE)), 1) + 2
         ids = _enc(tok, " ".join([NOISE] * reps))
+        while len(ids) < n_tokens:
+            reps *= 2
+            ids = _enc(tok, " ".join([NOISE] * reps))
     elif kind == "kjv":
         from neurips26.common.text import corpus_text
 
@@ -719,7 +721,12 @@ def compare_caches(
                 ctx = arm_context(arm) if arm_context is not None else contextlib.nullcontext()
                 start = time.perf_counter()
                 with ctx, torch.no_grad():
-                    for i, chunk_kv in enumerate(kv):
+                    if hasattr(cache, "bulk_prefill") and len(kv) == 1 and on_fill_chunk is None:
+                        cache.bulk_prefill(kv[0])  # same stored state as layer-wise updates
+                        kv_iter: list = []
+                    else:
+                        kv_iter = kv
+                    for i, chunk_kv in enumerate(kv_iter):
                         if on_fill_chunk is not None:
                             on_fill_chunk(arm, i)
                         for layer_idx, (k, v) in enumerate(chunk_kv):
