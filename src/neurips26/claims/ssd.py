@@ -73,31 +73,40 @@ def word_tokenizer():
                                    unk_token="<unk>", padding_side="left", clean_up_tokenization_spaces=False)
 
 
-def world(n_old: int, n_new: int, seed: int) -> dict:
-    """Entities with attributes and shuffled documents; the first ``n_old`` are old, the next ``n_new`` new."""
+def _entity(name: str, rng: random.Random) -> dict:
+    attrs = {k: rng.choice(v) for k, v in VALUES.items()}
+    sents = [SENTENCE[k].format(n=name, v=v) for k, v in attrs.items()]
+    rng.shuffle(sents)
+    return {"name": name, "attrs": attrs, "doc": " ".join(sents)}
+
+
+def world(n_old: int, n_new: int, seed: int, n_read: int = 0) -> dict:
+    """Old and new entities (distinct names) plus ``n_read`` reading-practice entities.
+
+    Reading entities reuse random names with random attributes and appear only with their document
+    in context, so the base model must learn to read rather than recall.
+    """
     rng = random.Random(seed)
     names = [f"{a} {b}" for a in SYLLABLES for b in SYLLABLES if a != b]
     rng.shuffle(names)
-    ents = []
-    for name in names[: n_old + n_new]:
-        attrs = {k: rng.choice(v) for k, v in VALUES.items()}
-        sents = [SENTENCE[k].format(n=name, v=v) for k, v in attrs.items()]
-        rng.shuffle(sents)
-        ents.append({"name": name, "attrs": attrs, "doc": " ".join(sents)})
-    return {"old": ents[:n_old], "new": ents[n_old:]}
+    ents = [_entity(name, rng) for name in names[: n_old + n_new]]
+    read = [_entity(rng.choice(names), rng) for _ in range(n_read)]
+    return {"old": ents[:n_old], "new": ents[n_old:], "read": read}
 
 
 def qa(ent: dict, attr: str, template: int) -> tuple[str, str]:
     return QUESTIONS[attr][template].format(n=ent["name"]), SENTENCE[attr].format(n=ent["name"], v=ent["attrs"][attr])
 
 
-def _sft_examples(tok, old: list[dict]) -> list[dict]:
+def _sft_examples(tok, old: list[dict], read: list[dict] = ()) -> list[dict]:
+    """Closed- and open-book QA on old entities, open-book QA on reading entities (answer tokens only)."""
     out = []
-    for ent in old:
+    for ent in [*old, *read]:
+        closed = any(ent is o for o in old)
         for attr in VALUES:
             for tpl in range(3):
                 q, a = qa(ent, attr, tpl)
-                for prompt in (q, f"{ent['doc']} {q}"):
+                for prompt in ((q, f"{ent['doc']} {q}") if closed else (f"{ent['doc']} {q}",)):
                     p_ids = tok(prompt)["input_ids"]
                     a_ids = tok(a, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
                     out.append({"input_ids": p_ids + a_ids, "loss_mask": [0] * len(p_ids) + [1] * len(a_ids)})
@@ -105,13 +114,13 @@ def _sft_examples(tok, old: list[dict]) -> list[dict]:
 
 
 def _base_model(cfg: dict, tok, w: dict, seed: int):
-    key = {k: cfg[k] for k in ("n_old", "n_new", "hidden", "layers", "sft_steps", "sft_lr", "batch")}
+    key = {k: cfg[k] for k in ("n_old", "n_new", "n_read", "hidden", "layers", "sft_steps", "sft_lr", "batch")}
 
     def build(folder: Path) -> None:
         model = build_tiny_lm("llama", vocab_size=len(tok), seed=seed, hidden_size=cfg["hidden"],
                               num_hidden_layers=cfg["layers"], num_attention_heads=4, num_key_value_heads=2,
                               intermediate_size=2 * cfg["hidden"], max_position_embeddings=128)
-        train_lm(model, _sft_examples(tok, w["old"]), steps=cfg["sft_steps"], batch_size=cfg["batch"],
+        train_lm(model, _sft_examples(tok, w["old"], w["read"]), steps=cfg["sft_steps"], batch_size=cfg["batch"],
                  lr=cfg["sft_lr"], warmup=20, seed=seed)
         model.save_pretrained(folder)
 
@@ -154,7 +163,7 @@ def _run(config: dict, seed: int) -> SeedResult:
 
 def _run_inner(cfg: dict, seed: int) -> SeedResult:
     tok = word_tokenizer()
-    w = world(cfg["n_old"], cfg["n_new"], seed)
+    w = world(cfg["n_old"], cfg["n_new"], seed, cfg["n_read"])
     base = _base_model(cfg, tok, w, seed)
     new = w["new"]
     rows: dict[str, dict] = {}
@@ -258,9 +267,9 @@ CLAIM = Claim(
     },
     run=_run,
     configs={
-        "smoke": {**_COMMON, "hidden": 32, "n_old": 6, "n_new": 4, "sft_steps": 20, "batch": 8, "steps": 2},
-        "quick": {**_COMMON, "n_old": 40, "n_new": 24, "sft_steps": 300, "batch": 16, "steps": 30},
-        "full": {**_COMMON, "n_old": 60, "n_new": 40, "sft_steps": 800, "batch": 16, "steps": 80},
+        "smoke": {**_COMMON, "hidden": 32, "n_old": 6, "n_new": 4, "n_read": 8, "sft_steps": 20, "batch": 8, "steps": 2},
+        "quick": {**_COMMON, "n_old": 40, "n_new": 24, "n_read": 400, "sft_steps": 1200, "batch": 16, "steps": 30},
+        "full": {**_COMMON, "n_old": 60, "n_new": 40, "n_read": 600, "sft_steps": 2000, "batch": 16, "steps": 80},
     },
     seeds={"smoke": (0,), "quick": (0, 1, 2), "full": (0, 1, 2)},
     implemented=(
@@ -278,11 +287,16 @@ CLAIM = Claim(
         "are full sentences ('ka mo lives in city3 .'), so most answer tokens are copyable from the question and "
         "only the attribute value diverges. Model: Llama 2 layers x 64 (spec 3 x 128), word tokenizer; base SFT "
         "sees all three templates for old entities (so the phrasing itself is known) and new entities only via "
-        "templates 1-2 during distillation. Teacher mode 'frozen' (spec default 'self') for every arm. 3 seeds; "
+        "templates 1-2 during distillation. Base SFT also reads documents of 'reading' entities (random names "
+        "and attributes, open book only; quick 400, full 600): without them the base model memorised the old "
+        "entities and never learned to read (open-book accuracy on new entities ~12%). Teacher mode 'frozen' (spec default 'self') for every arm. 3 seeds; "
         "one threshold (0.3). Rollouts recompute prefixes (no KV cache), so teacher_forward_tokens counts "
         "recomputed prefix tokens."
     ),
-    data="Generated per seed by neurips26.claims.ssd.world: quick 40 old / 24 new entities, full 60 old / 40 new.",
+    data=(
+        "Generated per seed by neurips26.claims.ssd.world: quick 40 old / 24 new / 400 reading entities, full "
+        "60 old / 40 new / 600 reading entities; 12 syllables give 132 two-syllable names."
+    ),
     plot=_plot,
     glossary={
         "acc_heldout": "closed-book greedy exact match of the full answer sentence for the new entities on the "
