@@ -2,8 +2,8 @@
 
 import math
 
-from neurips26.claims.ssd import CLAIM, QUESTIONS, VALUES, qa, word_tokenizer, world
 from neurips26.claims.runner import run_claim
+from neurips26.claims.ssd import CLAIM, QUESTIONS, VALUES, qa, word_tokenizer, world
 
 
 def test_world_and_tokenizer_round_trip():

@@ -246,7 +246,7 @@ def _run_inner(cfg: dict, seed: int) -> SeedResult:
                 cfg["lr"], seed + 3)
     rows["student_direct"] = _evaluate(direct, source, cfg, seed)
     pools: dict = {}
-    budget, curves, extras = {}, {}, {}
+    budget, curves = {}, {}
     arms = [METHOD, *BASELINES, *cfg.get("ablations", [])]
     for arm in arms:
         student, extra, hist = _distil(arm, teacher, source, cfg, seed, cfg["pool_size"], pools)
