@@ -291,7 +291,10 @@ def _gemma_arm(cfg: dict, seed: int) -> dict[str, Any]:
     site = EditSite(model, cfg["gemma_layer"])
 
     def _c0():
-        text = corpus_text(cfg["gemma_cov_chars"], 0, "kjv") + " " + corpus_text(cfg["gemma_cov_chars"] // 2, 0, "fortunes")
+        from babel import Locale
+
+        cldr = " ".join(" ".join(sorted(Locale(lang).territories.values())) for lang in langs)  # other-language text
+        text = corpus_text(cfg["gemma_cov_chars"], 0, "kjv") + " " + cldr[: cfg["gemma_cov_chars"]]
         ids = tok(text, add_special_tokens=False)["input_ids"]
         chunks = [ids[i:i + 64] for i in range(0, len(ids) - 63, 64)]
         return estimate_key_moment(site, ({"input_ids": torch.tensor([[tok.bos_token_id] + c])} for c in chunks))
@@ -435,8 +438,13 @@ def _run(config: dict, seed: int) -> SeedResult:
         "wall_s": time.perf_counter() - start,
     }
     if cfg.get("gemma") and seed in cfg.get("gemma_seeds", (0,)):
-        with torch_threads(cfg.get("threads", 1)):
-            info["gemma3_270m"] = _gemma_arm(cfg, seed)
+        # reported, not judged: a failure of the real-model arm is recorded (and shown in the report)
+        # instead of discarding the judged tiny-world results of this seed
+        try:
+            with torch_threads(cfg.get("threads", 1)):
+                info["gemma3_270m"] = _gemma_arm(cfg, seed)
+        except (ImportError, RuntimeError, ValueError, MemoryError) as err:
+            info["gemma3_270m"] = {"error": f"{type(err).__name__}: {err}"}
     curves = {"alignment_infonce": {METHOD: hist_align["infonce"]}, "alignment_paired_cos": {METHOD: hist_align["paired_cos"]}}
     return SeedResult(metrics=metrics, curves=curves, info=info)
 
@@ -546,7 +554,7 @@ CLAIM = Claim(
         "0..l on disjoint subjects with a next-token keep loss, then every editor again. MEMIT's lambda is chosen per "
         "seed from {1, 10, 100} on source efficacy only (largest value reaching 90 %). Full profile, seed 0 only: a "
         "real-model arm on Gemma-3-270M (info['gemma3_270m']): CLDR capitals edited in English at layer 4 down_proj "
-        "(key covariance from KJV + fortunes text, cached), probed in German and Spanish, ROME/MEMIT/AlphaEdit with "
+        "(key covariance from KJV text plus CLDR territory names in the four languages, cached), probed in German and Spanish, ROME/MEMIT/AlphaEdit with "
         "efficacy, transfer on facts the model knows in the target language, locality, f_orth and alpha."
     ),
     differences=(
