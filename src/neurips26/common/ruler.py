@@ -27,7 +27,8 @@ adjective-noun pairs (RULER draws them from ``wonderwords``); numbers have 7 dig
 Prompts are built in token space: the prompt's ``input_ids`` hold exactly ``length`` tokens for the
 needle tasks and ``vt`` (``cwe``/``fwe`` within a few tokens), so items of one (task, length) cell
 batch without padding; re-tokenising the decoded ``prompt`` text stays within 2 % of ``length``.
-Needles are inserted at sentence boundaries of the haystack; ``depth`` (0 = start of the context, 1 =
+Needles are inserted at sentence boundaries of the haystack (before a word when no sentence ends
+within 2 % of the requested depth); ``depth`` (0 = start of the context, 1 =
 its end) places the queried needle, the others go to seeded random depths from RULER's 40-point grid.
 With ``template="chat"`` the prompt is wrapped in the tokenizer's chat template (as RULER does for
 instruct models), and the assistant turn starts with RULER's answer prefix.
@@ -220,6 +221,17 @@ def _sentence_end_ids(tok: Any) -> frozenset[int]:
     return frozenset(ends)
 
 
+@lru_cache(maxsize=8)
+def _word_starts(tok: Any) -> frozenset[int]:
+    vocab = tok.get_vocab() if hasattr(tok, "get_vocab") else {}
+    out = set()
+    for piece, idx in vocab.items():
+        text = tok.convert_tokens_to_string([piece]) if hasattr(tok, "convert_tokens_to_string") else piece
+        if text.startswith(" ") and text[1:2].isalpha():
+            out.add(idx)
+    return frozenset(out)
+
+
 def _haystack_ids(tok: Any, kind: str, n_tokens: int, rng: random.Random, spec: _Spec) -> list[int]:
     if kind == "noise":
         reps = n_tokens // max(len(_enc(tok, NOISE)), 1) + 2
@@ -269,10 +281,15 @@ def _boundaries(tok: Any, ids: Sequence[int]) -> list[int]:
 def _insert(tok: Any, hay: list[int], needles: list[list[int]], depths: list[float]) -> tuple[list[int], list[int]]:
     """Insert token lists at the sentence boundaries nearest to ``depths``; returns ids and starts."""
     bounds = _boundaries(tok, hay)
+    words = _word_starts(tok)
     slots = []
     for d in depths:
         target = d * len(hay)
-        slots.append(min(bounds, key=lambda b: (abs(b - target), b)))
+        slot = min(bounds, key=lambda b: (abs(b - target), b))
+        if abs(slot - target) > 0.02 * len(hay):  # no sentence end nearby: before a word instead
+            near = [i for i, t in enumerate(hay) if t in words] + [len(hay)]
+            slot = min(near, key=lambda b: (abs(b - target), b))
+        slots.append(slot)
     order = sorted(range(len(needles)), key=lambda i: (slots[i], i))
     out: list[int] = []
     starts = [0] * len(needles)
