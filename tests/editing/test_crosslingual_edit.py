@@ -152,3 +152,17 @@ def test_contrastive_align_raises_paired_cosine():
         contrastive_align(model, pairs[:1], site, steps=1)
     with pytest.raises(ValueError, match="trainable"):
         contrastive_align(model, pairs, site, steps=1, trainable="lora")
+
+
+def test_cldr_facts_every_language_and_subject_in_prompt():
+    from neurips26.common.multilingual import LANGUAGES, capital_facts, currency_facts
+
+    caps = capital_facts()
+    assert len(caps) >= 30
+    assert caps["AT"]["de"].object == "Wien" and caps["AT"]["en"].object == "Vienna"
+    for row in list(caps.values()) + list(currency_facts(("en", "es")).values()):
+        for lang, fact in row.items():
+            assert fact.subject in fact.prompt and fact.object
+    assert set(caps["FR"]) == set(LANGUAGES)
+    with pytest.raises(ValueError, match="language"):
+        capital_facts(("en", "xx"))
