@@ -161,7 +161,7 @@ def test_cldr_facts_every_language_and_subject_in_prompt():
     assert len(caps) >= 30
     assert caps["AT"]["de"].object == "Wien" and caps["AT"]["en"].object == "Vienna"
     for row in list(caps.values()) + list(currency_facts(("en", "es")).values()):
-        for lang, fact in row.items():
+        for fact in row.values():
             assert fact.subject in fact.prompt and fact.object
     assert set(caps["FR"]) == set(LANGUAGES)
     with pytest.raises(ValueError, match="language"):

@@ -210,7 +210,7 @@ def _run(config: dict, seed: int) -> SeedResult:
             if arm == METHOD:
                 e_c, m_c, k_c = model.embed(cons)
                 with torch.no_grad():
-                    c_c = modality_contributions(lambda e: model.answer_logits(e, m_c), e_c, k_c, sigma_rel=cfg["sigma_rel"],
+                    c_c = modality_contributions(lambda e, m=m_c: model.answer_logits(e, m), e_c, k_c, sigma_rel=cfg["sigma_rel"],
                                                  num_samples=cfg["mcr_samples"], generator=torch.Generator().manual_seed(seed))
                 mcr_c = modality_contribution_ratio(c_c, "vision").float()
                 alpha = amps_scale(mcr_c, chosen[arm]).float()

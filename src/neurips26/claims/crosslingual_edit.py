@@ -211,8 +211,8 @@ def _edit_round(model, world, cfg, edit_subj, rng, C0_batches) -> dict[str, Any]
                 locs.append(l_)
                 decs.append(decompose_gaps(u, K_s[:, i:i + 1], K_t[:, i:i + 1], R_t[:, i:i + 1], C0))
             src, tgt, loc = torch.cat(srcs), torch.cat(tgts), float(np.mean(locs))
-            cat = lambda f: torch.cat([getattr(d, f) for d in decs])  # noqa: E731
-            dec = {f: cat(f) for f in ("alpha", "cos_C", "f_orth", "rel_residual_mismatch", "identity_error")}
+            dec = {f: torch.cat([getattr(d, f) for d in decs])
+                   for f in ("alpha", "cos_C", "f_orth", "rel_residual_mismatch", "identity_error")}
         else:
             if editor == "memit":
                 # lambda (mom2_update_weight) is chosen on source efficacy only: the largest grid value
@@ -240,9 +240,8 @@ def _edit_round(model, world, cfg, edit_subj, rng, C0_batches) -> dict[str, Any]
                     R_hat[:, f] = residual_prediction_barrier(R_s[:, tr], R_t[:, tr], R_s[:, f], R_t[:, f])["R_t_hat"]
                 # R^2 pooled over the held-out predictions of all folds
                 u_s = R_s / R_s.norm(dim=0, keepdim=True).clamp_min(1e-300)
-                orth = lambda X: X - u_s * (u_s * X).sum(0)  # noqa: E731
                 out["barrier_r2"] = _r2(R_t, R_hat)
-                out["barrier_r2_orth"] = _r2(orth(R_t), orth(R_hat))
+                out["barrier_r2_orth"] = _r2(R_t - u_s * (u_s * R_t).sum(0), R_hat - u_s * (u_s * R_hat).sum(0))
                 for name, target in (("oracle_correction", R_t), ("predicted_correction", R_hat)):
                     corr = memit_update(K_t, target - u.delta_W @ K_t, C0, lam=out["memit_lam"])
                     _, t2, _ = measure([u, corr], list(range(n)))
