@@ -419,7 +419,7 @@ def _first_batch(trainer):
     """The first training batch, built from the stratified sampler's indices, and its rows."""
     size = trainer.args.per_device_train_batch_size
     rows = [dict(trainer.train_dataset[i]) for i in list(trainer._get_train_sampler())[:size]]
-    keep = ("prompt_ids", "chosen_ids", "rejected_ids", "abc_is_human", "abc_label", "abc_pseudo_label")
+    keep = ("prompt_ids", "chosen_ids", "rejected_ids", "abc_is_human", "abc_label", "abc_pseudo_label", "abc_index")
     rows = [{k: r[k] for k in keep} for r in rows]
     return trainer.data_collator([dict(r) for r in rows]), rows
 

@@ -37,7 +37,7 @@ from neurips26.rl.abc_align.objective import (
     rectified_loss_from_margins,
 )
 
-ABC_COLUMNS = ("abc_is_human", "abc_label", "abc_pseudo_label")
+ABC_COLUMNS = ("abc_is_human", "abc_label", "abc_pseudo_label", "abc_index")
 
 
 def abc_dpo_loss(
@@ -100,6 +100,7 @@ def _with_abc_columns(dataset, is_human: bool, name: str):
             "abc_is_human": [int(is_human)] * len(dataset),
             "abc_label": labels,
             "abc_pseudo_label": pseudo,
+            "abc_index": list(range(len(dataset))),  # row within its own dataset (windows key on it)
         }
     )
 
@@ -169,6 +170,8 @@ class _ABCCollator:
         for k in ("abc_label", "abc_pseudo_label"):
             if k in extra:
                 out[k] = torch.tensor(extra[k], dtype=torch.float32)
+        if "abc_index" in extra:
+            out["abc_index"] = torch.tensor(extra["abc_index"], dtype=torch.long)
         return out
 
 
@@ -330,6 +333,8 @@ def _trainer_class():
                     pseudo[human].unsqueeze(0),
                     margin[other].detach().unsqueeze(0),
                     pseudo[other].unsqueeze(0),
+                    human_ids=inputs["abc_index"][human] if "abc_index" in inputs else None,
+                    pseudo_ids=inputs["abc_index"][other] if "abc_index" in inputs else None,
                 )
                 if "human" in self.objective.needs:
                     batch.human_grads = self._probe_grads(margin[human])
