@@ -19,8 +19,20 @@ def _verdicts(results_dir: Path) -> dict[str, str]:
         except ValueError:
             continue
         if isinstance(data, dict) and "slug" in data and "verdict" in data:
-            verdicts[data["slug"]] = data["verdict"]
+            verdicts[data["slug"]] = verdict_cell(data)
     return verdicts
+
+
+def verdict_cell(data: dict) -> str:
+    """The verdict as the table shows it: with its reason when inconclusive, and flagged when the
+    result predates the v2 rules (schema 1: no premises, asymmetric decision) or the run had warnings."""
+    verdict = str(data["verdict"])
+    if data.get("schema", 1) < 2:
+        return f"{verdict} (schema 1, not rerun under v2)"
+    if verdict == "inconclusive" and data.get("verdict_reason"):
+        verdict += f" ({data['verdict_reason']})"
+    flags = [w.split(":")[0] for w in data.get("warnings", []) if w.split(":")[0] in ("dirty", "over budget", "loaded machine")]
+    return verdict + (f"; {', '.join(flags)}" if flags else "")
 
 
 def methods_table(results_dir: Path = Path("results/full")) -> str:
