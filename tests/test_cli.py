@@ -71,3 +71,13 @@ def test_help_lists_verbs():
     proc = subprocess.run([sys.executable, "-m", "neurips26", "--help"], capture_output=True, text=True)
     for verb in ("list", "show", "check", "report", "env", "readme"):
         assert verb in proc.stdout
+
+
+def test_ruler_rejects_bad_arguments_with_clear_errors():
+    from neurips26.cli import _named_cache, main
+
+    with pytest.raises(SystemExit, match="--lengths must be comma-separated integers"):
+        main(["ruler", "--lengths", "5x"])
+    with pytest.raises(SystemExit, match="--cache must be dynamic, kivi<bits> or adakvq"):
+        _named_cache("zip", None)
+    assert _named_cache("dynamic", None) is None

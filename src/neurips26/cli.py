@@ -149,12 +149,71 @@ def cmd_readme(args: argparse.Namespace) -> int:
     return 0
 
 
+def _named_cache(name: str | None, config):
+    """A cache factory by name for ``neurips26 ruler``: dynamic, kivi<bits> or adakvq (static 2.5 bits)."""
+    if name in (None, "dynamic", "full"):
+        return None
+    if name.startswith("kivi"):
+        from neurips26.inference import KIVICache
+
+        try:
+            bits = int(name[4:] or 2)
+        except ValueError:
+            raise SystemExit(f"error: --cache must be dynamic, kivi<bits> or adakvq, got {name!r}") from None
+        return lambda: KIVICache(config, bits, 32, 32, keep_dequantized=True)
+    if name == "adakvq":
+        import torch
+
+        from neurips26.inference.adakvq import AADProfile, AdaKVQCache, AdaKVQConfig
+
+        layers = config.num_hidden_layers
+        profile = AADProfile(torch.linspace(0, 1, layers), torch.zeros(layers), [])
+        quant = AdaKVQConfig(bits=(2, 3, 4), avg_bits=2.5, group_size=32, residual_length=32, online=False)
+        return lambda: AdaKVQCache(config, quant, profile, None, keep_dequantized=True)
+    raise SystemExit(f"error: --cache must be dynamic, kivi<bits> or adakvq, got {name!r}")
+
+
+def cmd_ruler(args: argparse.Namespace) -> int:
+    """RULER-style evaluation of a pretrained model with a named cache: print the table, write JSON."""
+    import torch
+
+    from neurips26.common.models import load_pretrained
+    from neurips26.common.ruler import evaluate
+
+    try:
+        lengths = tuple(int(x) for x in args.lengths.split(",") if x.strip())
+    except ValueError:
+        raise SystemExit(f"error: --lengths must be comma-separated integers, got {args.lengths!r}") from None
+    tasks = tuple(t for t in args.tasks.split(",") if t.strip())
+    torch.set_num_threads(args.threads)
+    net, tok = load_pretrained(args.model)
+    try:
+        table = evaluate(
+            net, tok, _named_cache(args.cache, net.config), None, tasks, lengths, args.n, args.seed,
+            batch_size=args.batch_size,
+        )
+    except ValueError as err:
+        raise SystemExit(f"error: {err}") from None
+    print(f"{'task':18s} {'length':>6s} {'n':>4s} {'acc':>6s} {'gen':>5s} {'s/item':>7s}")
+    for row in table:
+        print(
+            f"{row['task']:18s} {row['length']:6d} {row['n']:4d} {row['accuracy']:6.3f} "
+            f"{row['gen_tokens']:5.1f} {row['s_per_item']:7.3f}"
+        )
+    if args.out is not None:
+        path = Path(args.out)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        meta = {"model": args.model, "cache": args.cache or "dynamic", "seed": args.seed, "n": args.n}
+        path.write_text(json.dumps({**meta, "table": table}, indent=2))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="neurips26",
         description="NeurIPS 2026 methods as tested components, each proven by a claim check.",
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{list,show,check,report,env,readme}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{list,show,check,report,env,readme,ruler}")
     p = sub.add_parser("list", help="all 36 methods and their derived status")
     p.add_argument("--area", help="only methods of this area (e.g. rl, graph)")
     p.set_defaults(func=cmd_list)
@@ -186,6 +245,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--results", default="results/full")
     p.add_argument("--check", action="store_true", help="exit 1 if the table is out of date")
     p.set_defaults(func=cmd_readme)
+    p = sub.add_parser("ruler", help="RULER-style long-context evaluation of a pretrained model with a KV cache")
+    p.add_argument("--model", default="smollm2-135m")
+    p.add_argument("--cache", default=None, help="dynamic (default) | kivi<bits> | adakvq")
+    p.add_argument("--lengths", default="1024", help="comma-separated context lengths in tokens")
+    p.add_argument("--tasks", default="niah_single_1", help="comma-separated RULER task names")
+    p.add_argument("--n", type=int, default=50, help="items per (task, length)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--out", default=None, help="write the table as JSON here")
+    p.set_defaults(func=cmd_ruler)
     return parser
 
 

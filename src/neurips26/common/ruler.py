@@ -46,7 +46,6 @@ Example
 
 from __future__ import annotations
 
-import json
 import random
 import time
 import uuid
@@ -54,7 +53,6 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 from neurips26.common.checks import check_choice, check_float, check_int
@@ -71,7 +69,6 @@ __all__ = [
     "evaluate_items",
     "compare_caches",
     "summarise",
-    "ruler_main",
 ]
 
 NOISE = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again."
@@ -323,7 +320,7 @@ def _niah(tok, spec: _Spec, length: int, rng: random.Random, depth: float | None
     query = ", ".join(queried[:-1]) + f", and {queried[-1]}" if len(queried) > 1 else queried[0]
     head, tail = _render(tok, _NIAH_TEMPLATE, _NIAH_PREFIX.format(kind=kind, query=query), template, kind=kind, query=query)
     needles, answers, needle_depths = [], [], []
-    for i, k in enumerate(keys):
+    for _i, k in enumerate(keys):
         for v in values[k]:
             needles.append(_enc(tok, " " + _NEEDLE.format(kind=kind, key=k, value=v)))
             if k in queried:
@@ -846,65 +843,6 @@ def evaluate(
             cell["peak_rss_mb"] = _peak_rss_mb()
             table.append(cell)
     return table
-
-
-def ruler_main(
-    model: str = "smollm2-135m",
-    cache: str | None = None,
-    lengths: Sequence[int] = (1024,),
-    tasks: Sequence[str] = ("niah_single_1",),
-    n: int = 50,
-    seed: int = 0,
-    out: str | Path | None = None,
-    batch_size: int = 8,
-    threads: int = 2,
-) -> list[dict[str, Any]]:
-    """What ``neurips26 ruler`` runs: load ``model``, evaluate, print the table and write JSON.
-
-    ``cache``: None/``"dynamic"`` (full precision), ``"kivi2"``/``"kivi4"`` (KIVI at 2/4 bits) or
-    ``"adakvq"`` (static AdaKVQ allocation at 2.5 bits from a uniform profile).
-    """
-    import torch
-
-    from neurips26.common.models import load_pretrained
-
-    torch.set_num_threads(threads)
-    net, tok = load_pretrained(model)
-    make_cache = _named_cache(cache, net.config)
-    table = evaluate(net, tok, make_cache, None, tuple(tasks), tuple(int(x) for x in lengths), n, seed, batch_size=batch_size)
-    header = f"{'task':18s} {'length':>6s} {'n':>4s} {'acc':>6s} {'gen':>5s} {'s/item':>7s}"
-    print(header)
-    for row in table:
-        print(
-            f"{row['task']:18s} {row['length']:6d} {row['n']:4d} {row['accuracy']:6.3f} "
-            f"{row['gen_tokens']:5.1f} {row['s_per_item']:7.3f}"
-        )
-    if out is not None:
-        path = Path(out)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        meta = {"model": model, "cache": cache or "dynamic", "seed": seed, "n": n}
-        path.write_text(json.dumps({**meta, "table": table}, indent=2))
-    return table
-
-
-def _named_cache(name: str | None, config: Any) -> Callable[[], Any] | None:
-    if name in (None, "dynamic", "full"):
-        return None
-    if name.startswith("kivi"):
-        from neurips26.inference.quant import KIVICache
-
-        bits = int(name[4:] or 2)
-        return lambda: KIVICache(config, bits, 32, 32, keep_dequantized=True)
-    if name == "adakvq":
-        import torch
-
-        from neurips26.inference.adakvq import AADProfile, AdaKVQCache, AdaKVQConfig
-
-        layers = config.num_hidden_layers
-        profile = AADProfile(torch.linspace(0, 1, layers), torch.zeros(layers), [])
-        quant = AdaKVQConfig(bits=(2, 3, 4), avg_bits=2.5, group_size=32, residual_length=32, online=False)
-        return lambda: AdaKVQCache(config, quant, profile, None, keep_dequantized=True)
-    raise ValueError(f"cache must be dynamic, kivi<bits> or adakvq, got {name!r}")
 
 
 def items_to_json(items: Sequence[RulerItem]) -> list[dict[str, Any]]:
