@@ -259,7 +259,7 @@ def _edit_round(model, world, cfg, edit_subj, rng, C0_batches) -> dict[str, Any]
 
 # ------------------------------------------------------------------------ real-model arm (Gemma)
 def _gemma_arm(cfg: dict, seed: int) -> dict[str, Any]:
-    """Edits in English on Gemma-3-270M, probed in German, French and Spanish (CLDR capitals).
+    """Edits in English on Gemma-3-270M, probed in ``cfg["gemma_targets"]`` (CLDR capitals).
 
     Facts are kept when Gemma's greedy first token of the capital is right in English (the edit
     target) and in the probed language. Success is judged on the first token of the new object.
