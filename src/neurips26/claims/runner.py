@@ -19,7 +19,8 @@ verdict, numbers[, error]}``); ``headlines`` (``{text, criteria, untested, verdi
 (``name -> arm -> [per-seed]``); ``curves`` (``name -> arm -> [per-seed list]``); ``info``
 (``[per-seed dict]``); ``wall_s`` (this run) and ``cold_wall_s`` (this run plus the recorded build
 time of every cache entry it found on disk: what a cold cache costs); ``seed_wall_s``;
-``seed_cold_wall_s``; ``budget_s``; ``over_budget`` (``cold_wall_s > budget_s``);
+``seed_cold_wall_s``; ``cpu_s`` and ``seed_cpu_s`` (user + system CPU seconds of the process and its
+finished children: on a loaded machine, the better guide to the 2-core budget); ``budget_s``; ``over_budget`` (``cold_wall_s > budget_s``);
 ``provenance`` (``commit``, ``dirty`` with untracked files, ``claim_hash``, ``config_hash``,
 captured when the run starts, with the 1-minute load average); ``load_avg_1m_end``; ``warnings``
 (dirty, a loaded machine, over budget, sweeps at a grid edge, criteria that errored); ``config``; ``env``; ``created``; ``implemented``; ``differences``; ``data``;
@@ -186,8 +187,9 @@ def run_seed(claim: Claim, profile: Profile, seed: int) -> tuple[SeedResult, flo
     :func:`last_cold_wall` then gives the wall time plus the recorded build time of every cache entry
     the seed found on disk.
     """
-    global _last_cold
+    global _last_cold, _last_cpu
     reset_build_clock()
+    cpu0 = _cpu_seconds()
     from neurips26.common.seeding import seed_everything
     from neurips26.common.threads import torch_threads
 
@@ -204,10 +206,25 @@ def run_seed(claim: Claim, profile: Profile, seed: int) -> tuple[SeedResult, flo
         raise ValueError(f"claim {claim.slug!r}: run() reported unknown arms {sorted(unknown)}")
     wall = time.perf_counter() - start
     _last_cold = wall + hit_build_seconds()
+    _last_cpu = _cpu_seconds() - cpu0
     return result, wall
 
 
 _last_cold = 0.0
+_last_cpu = 0.0
+
+
+def _cpu_seconds() -> float:
+    """User + system CPU seconds of this process and its finished children (e.g. gloo ranks)."""
+    import resource
+
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def last_cpu_seconds() -> float:
+    """CPU seconds of the last :func:`run_seed` in this process (its own and its children's)."""
+    return _last_cpu
 
 
 def last_cold_wall() -> float:
@@ -215,9 +232,9 @@ def last_cold_wall() -> float:
     return _last_cold
 
 
-def _ray_run_seed(claim: Claim, profile: str, seed: int) -> tuple[dict[str, Any], float, float]:
+def _ray_run_seed(claim: Claim, profile: str, seed: int) -> tuple[dict[str, Any], float, float, float]:
     result, wall = run_seed(claim, Profile(profile), seed)
-    return result.to_dict(), wall, last_cold_wall()
+    return result.to_dict(), wall, last_cold_wall(), last_cpu_seconds()
 
 
 def _paths(out: Path, slug: str, profile: Profile) -> tuple[Path, Path]:
@@ -261,11 +278,13 @@ def aggregate(
     colds: dict[int, float] | None = None,
     prov: dict[str, Any] | None = None,
     env: dict[str, Any] | None = None,
+    cpus: dict[int, float] | None = None,
 ) -> dict[str, Any]:
     """Build the result dict (schema above) from per-seed results."""
     from neurips26.registry import BY_SLUG
 
     colds = colds or walls
+    cpus = cpus or {}
     metrics: dict[str, dict[str, list[float]]] = {}
     curves: dict[str, dict[str, list[list[float]]]] = {}
     for seed in seeds:
@@ -299,6 +318,8 @@ def aggregate(
         "cold_wall_s": cold,
         "seed_wall_s": [walls[s] for s in seeds],
         "seed_cold_wall_s": [colds.get(s, walls[s]) for s in seeds],
+        "cpu_s": sum(cpus.get(s, math.nan) for s in seeds),
+        "seed_cpu_s": [cpus.get(s) for s in seeds],
         "budget_s": profile.budget_s,
         "over_budget": cold > profile.budget_s,
         "provenance": prov if prov is not None else provenance(claim, profile),
@@ -375,6 +396,8 @@ def run_claim(
     per_seed: dict[int, dict] = {}
     walls: dict[int, float] = {}
     colds: dict[int, float] = {}
+    cpus: dict[int, float] = {}
+    reset_build_clock(new_run=True)
     for seed in seeds:
         path = partial / f"seed-{seed}.json"
         if path.exists() and not force:
@@ -384,11 +407,13 @@ def run_claim(
                 continue
             per_seed[seed], walls[seed] = saved["result"], saved["wall_s"]
             colds[seed] = saved.get("cold_wall_s", saved["wall_s"])
+            if saved.get("cpu_s") is not None:
+                cpus[seed] = saved["cpu_s"]
     todo = [s for s in seeds if s not in per_seed]
 
-    def _store(seed: int, result: dict, wall: float, cold: float) -> None:
-        per_seed[seed], walls[seed], colds[seed] = result, wall, cold
-        record = {"result": result, "wall_s": wall, "cold_wall_s": cold, "provenance": hashes}
+    def _store(seed: int, result: dict, wall: float, cold: float, cpu: float) -> None:
+        per_seed[seed], walls[seed], colds[seed], cpus[seed] = result, wall, cold, cpu
+        record = {"result": result, "wall_s": wall, "cold_wall_s": cold, "cpu_s": cpu, "provenance": hashes}
         atomic_write_text(partial / f"seed-{seed}.json", json.dumps(record, default=_json_default))
         if on_seed is not None:
             on_seed(seed)
@@ -402,13 +427,13 @@ def run_claim(
         remote = ray.remote(_ray_run_seed)
         refs = {seed: remote.remote(claim, profile.value, seed) for seed in todo}
         for seed, ref in refs.items():
-            result, wall, cold = ray.get(ref)
-            _store(seed, result, wall, cold)
+            result, wall, cold, cpu = ray.get(ref)
+            _store(seed, result, wall, cold, cpu)
     else:
         for seed in todo:
             result, wall = run_seed(claim, profile, seed)
-            _store(seed, result.to_dict(), wall, last_cold_wall())
-    data = aggregate(claim, profile, seeds, per_seed, walls, colds, prov, env)
+            _store(seed, result.to_dict(), wall, last_cold_wall(), last_cpu_seconds())
+    data = aggregate(claim, profile, seeds, per_seed, walls, colds, prov, env, cpus)
     atomic_write_text(final, json.dumps(data, indent=1, sort_keys=False, default=_json_default))
     return data
 

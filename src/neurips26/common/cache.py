@@ -24,14 +24,21 @@ from neurips26 import __version__
 MANIFEST = "MANIFEST.json"
 
 # Seconds that the cache entries served from disk took to build when they were made: the runner
-# adds them to a claim's wall time to report what the run would cost on a cold cache.
+# adds them to a claim's wall time to report what the run would cost on a cold cache. Each entry
+# counts at most once per run, and not at all when this run built it (its build is in the wall time).
 _hit_build_s = 0.0
+_counted: set[str] = set()
 
 
-def reset_build_clock() -> None:
-    """Start counting the recorded build time of cache hits from zero."""
+def reset_build_clock(new_run: bool = False) -> None:
+    """Start counting the recorded build time of cache hits from zero.
+
+    ``new_run=True`` also forgets which entries this run already counted or built.
+    """
     global _hit_build_s
     _hit_build_s = 0.0
+    if new_run:
+        _counted.clear()
 
 
 def hit_build_seconds() -> float:
@@ -117,7 +124,9 @@ def cached_dir(
     target = cache_root() / namespace / cache_key(config, code_version)
     global _hit_build_s
     if entry_is_valid(target):
-        _hit_build_s += _recorded_build_s(target)
+        if str(target) not in _counted:
+            _counted.add(str(target))
+            _hit_build_s += _recorded_build_s(target)
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=target.parent))
@@ -128,6 +137,7 @@ def cached_dir(
         if target.exists():
             shutil.rmtree(target, ignore_errors=True)
         os.replace(tmp, target)
+        _counted.add(str(target))
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
