@@ -176,8 +176,8 @@ _COMMON = dict(
     eta=1.0,
     rff_width=256,
     rff_lengthscale=1.0,
-    planner_lookahead=5,
-    planner_samples=6,
+    planner_lookahead=10,
+    planner_samples=8,
     small={"n_locations": 40, "n_skus": 8, "max_candidates": 64, "horizon": 20, "eval_episodes": 4},
 )
 
@@ -189,9 +189,9 @@ CONFIGS = {
         "planner_lookahead": 2, "planner_samples": 3,
     },
     "quick": {
-        **_COMMON, "n_locations": 60, "n_skus": 15, "max_candidates": 128, "source_episodes": 40,
-        "target_episodes": 2, "hidden": 64, "batch": 64, "updates": 300, "adapt_updates": 150, "eval_episodes": 5,
-        "small": {"n_locations": 40, "n_skus": 8, "max_candidates": 64, "horizon": 10, "eval_episodes": 2},
+        **_COMMON, "n_locations": 60, "n_skus": 15, "max_candidates": 128, "source_episodes": 20,
+        "target_episodes": 1, "hidden": 64, "batch": 32, "updates": 200, "adapt_updates": 100, "eval_episodes": 3,
+        "small": {"n_locations": 40, "n_skus": 8, "max_candidates": 64, "horizon": 20, "eval_episodes": 1},
     },
     "full": {
         **_COMMON, "n_locations": 200, "n_skus": 40, "max_candidates": 384, "source_episodes": 150,
@@ -246,7 +246,7 @@ CLAIM = Claim(
         "noise precision by evidence maximisation), bonus mu - kappa sigma (kappa = 1), a ridge state baseline and a "
         "scale that matches the source advantage's std (eta = 1); actor re-extracted on source + target logs from the "
         "source actor, critic frozen. The oracle planner simulates a copy of the environment (future randomness "
-        "included) 5 epochs ahead for 6 candidate actions."
+        "included) 10 epochs ahead for 8 candidate actions."
     ),
     differences=(
         "The paper's warehouse and logs are not public: the simulator is ours, so effect sizes are not comparable to the "
