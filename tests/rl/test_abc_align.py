@@ -306,6 +306,14 @@ def test_bad_input_raises_clear_errors():
         abc_reward_loss(torch.zeros(3), torch.zeros(3), torch.ones(3, dtype=torch.bool), torch.ones(2), torch.ones(3), obj)
     with pytest.raises(ValueError, match="pseudo_label"):
         PreferencePairs(torch.zeros(4, 2), torch.zeros(4, 2), torch.ones(4), torch.full((4,), 2.0))
+    with pytest.raises(ValueError, match="must match"):  # mismatched pair lengths
+        PreferencePairs(torch.zeros(4, 2), torch.zeros(3, 2), torch.ones(4))
+    with pytest.raises(ValueError, match="label"):
+        PreferencePairs(torch.zeros(4, 2), torch.zeros(4, 2), torch.ones(3))
+    empty = PreferencePairs(torch.zeros(0, 2), torch.zeros(0, 2), torch.ones(0), torch.ones(0))
+    pool = PreferencePairs(torch.zeros(5, 2), torch.zeros(5, 2), torch.ones(5))
+    with pytest.raises(ValueError, match="human set is empty"):
+        ABCRewardTrainer(nn.Linear(2, 1), obj, empty, pool)
 
 
 # ----------------------------------------------------------------------------- minimal trainer
