@@ -157,7 +157,7 @@ def _run_inner(cfg: dict, seed: int) -> SeedResult:
 
 def _plot(result: dict, folder: Path) -> list[Path]:
     plt = pyplot()
-    acc = result["metrics"]["acc_h07"]
+    acc = result["metrics"].get("acc_h07") or result["metrics"]["acc_h09"]  # h09: results before v2
     energy = result["metrics"]["energy_uj"]
     share = result["metrics"]["float_share"]
     fig, ax = plt.subplots(1, 2, figsize=(10, 4))
