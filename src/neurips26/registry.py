@@ -646,8 +646,18 @@ def area_exports(package: str):
     area = package.rsplit(".", 1)[-1]
     if area not in AREAS:
         raise ValueError(f"package must be one of neurips26.<area> with area in {AREAS}, got {package!r}")
+    import pkgutil
+    import sys
+
     modules = [m.module for m in METHODS if m.area == area and _module_exists(m.module)]
     known = {c: m.module for m in METHODS if m.area == area and m.module in modules for c in m.components}
+    path = getattr(sys.modules.get(package), "__path__", None)
+    if path is not None:  # shared modules of the area (e.g. editing.editors) are searched too
+        modules += [
+            f"{package}.{info.name}"
+            for info in pkgutil.iter_modules(path)
+            if not info.name.startswith("_") and f"{package}.{info.name}" not in modules
+        ]
 
     def __getattr__(name: str):
         if name in known:
