@@ -242,7 +242,7 @@ METHODS: tuple[MethodInfo, ...] = (
         ("EditRequest", "decompose_gap", "contrastive_align"),
         ("ROME", "MEMIT", "AlphaEdit"),
         "cross-lingual edit success",
-        ("llm",),
+        ("llm", "multilingual"),
     ),
     M(
         "amaris",
