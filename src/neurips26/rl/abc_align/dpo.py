@@ -199,8 +199,9 @@ def _trainer_class():
             name of :func:`~neurips26.rl.abc_align.make_objective` (``"ppi"``, ``"ppi_pp"``,
             ``"pseudo_only"``, ``"human_only"``, ``"pooled"``), or an objective instance.
         probe_names : list of str, optional
-            Parameters of the gradient-space statistics; default LoRA ``B`` matrices, else the LM
-            output head.
+            Parameters of the gradient-space statistics; default the LoRA ``B`` matrices of the
+            deepest adapted layer (per-example gradients then cost one block's backward), else the
+            LM output head.
 
         Shapes
         ------
@@ -265,7 +266,13 @@ def _trainer_class():
                 base = self.model
                 lora = [n for n, p in base.named_parameters() if p.requires_grad and "lora_B" in n]
                 if lora:
-                    self._abc_probe_names = lora
+                    # the deepest adapted layer only: a per-example gradient then backpropagates through
+                    # one block instead of the whole network (with all B matrices it re-runs every layer)
+                    import re
+
+                    depth = {n: int(m.group(1)) for n in lora if (m := re.search(r"layers\.(\d+)\.", n))}
+                    deepest = max(depth.values()) if depth else None
+                    self._abc_probe_names = [n for n in lora if depth.get(n, deepest) == deepest]
                 elif cfg.probe == "all":
                     self._abc_probe_names = [n for n, p in base.named_parameters() if p.requires_grad]
                 else:
