@@ -464,7 +464,7 @@ CLAIM = Claim(
     glossary={
         "accuracy": "RULER string_match_all over all items (fraction of the gold values contained in the greedy "
         "answer, up to the first newline after answer text), averaged over the items of every task",
-        "acc_<task>": "the same for one RULER task",
+        **{f"acc_{t}": f"the same for the RULER task {t}" for t in TASKS},
         "avg_bits": "token-weighted mean code bit-width of the quantised blocks after decoding (metadata "
         "excluded; 16 for full), averaged over batches",
         "bits_per_element": "8 * total cache bytes (payload + fp16 metadata + fp16 residual) / cached K,V scalars",

@@ -331,7 +331,7 @@ CLAIM = Claim(
     glossary={
         "accuracy": "RULER string_match_all over all items (gold value contained in the greedy answer up to "
         "the first newline after answer text)",
-        "acc_<task>": "the same for one RULER task",
+        **{f"acc_{t}": f"the same for the RULER task {t}" for t in TASKS},
         "code_bits": "bit-width of the quantisation codes (16 for full precision); metadata excluded",
         "kv_bytes_per_token": "cache bytes (payload + metadata + residual at 2 bytes/element) / cached tokens",
         "metadata_bytes": "bytes of quantisation metadata (scales, zeros, ADKV initial states and parameters), "
