@@ -232,6 +232,30 @@ def last_load_info() -> dict[str, float]:
     return dict(_LAST_LOAD)
 
 
+def convert_gguf(gguf_path: Path, folder: Path) -> None:
+    """Dequantise a GGUF causal LM to fp32 and save it and its tokenizer with ``save_pretrained``.
+
+    The GGUF loader dequantises to fp32 but tags the model as "gguf-quantized", which
+    ``save_pretrained`` refuses; a plain model is rebuilt from the config and the weights are copied.
+    """
+    import transformers
+
+    gguf_path = Path(gguf_path)
+    kwargs = {"gguf_file": gguf_path.name}
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(gguf_path.parent), dtype=torch.float32, **kwargs)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(gguf_path.parent), **kwargs)
+    config = model.config.to_dict()
+    config.pop("quantization_config", None)
+    plain_config = type(model.config).from_dict(config)
+    with torch.device("meta"):
+        plain = type(model)(plain_config)
+    plain.load_state_dict(model.state_dict(), assign=True, strict=True)
+    plain.tie_weights()
+    plain.generation_config = model.generation_config
+    plain.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+
+
 def load_pretrained(name: str = "smollm2-135m", *, dtype: torch.dtype = torch.float32):
     """Load a real pretrained causal LM and its tokenizer, fp32 on CPU, in eval mode.
 
@@ -266,23 +290,7 @@ def load_pretrained(name: str = "smollm2-135m", *, dtype: torch.dtype = torch.fl
 
     def _build(folder: Path) -> None:
         start = time.perf_counter()
-        kwargs = {"gguf_file": gguf_path.name}
-        model = transformers.AutoModelForCausalLM.from_pretrained(
-            str(gguf_path.parent), dtype=torch.float32, **kwargs
-        )
-        tokenizer = transformers.AutoTokenizer.from_pretrained(str(gguf_path.parent), **kwargs)
-        # The GGUF loader dequantises to fp32 but tags the model as "gguf-quantized", which
-        # save_pretrained refuses; rebuild a plain model from the config and copy the weights.
-        config = model.config.to_dict()
-        config.pop("quantization_config", None)
-        plain_config = type(model.config).from_dict(config)
-        with torch.device("meta"):
-            plain = type(model)(plain_config)
-        plain.load_state_dict(model.state_dict(), assign=True, strict=True)
-        plain.tie_weights()
-        plain.generation_config = model.generation_config
-        plain.save_pretrained(folder)
-        tokenizer.save_pretrained(folder)
+        convert_gguf(gguf_path, folder)
         timing["convert_s"] = time.perf_counter() - start
 
     config = {

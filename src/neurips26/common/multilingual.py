@@ -23,6 +23,7 @@ import torch
 
 from neurips26.common.cache import cache_root, cached_dir
 from neurips26.common.checks import check_choice
+from neurips26.common.models import convert_gguf
 
 #: Country code -> IANA time zone whose exemplar city is the capital.
 CAPITAL_TIME_ZONES: dict[str, str] = {
@@ -151,20 +152,7 @@ def load_gemma3(dtype: torch.dtype = torch.float32):
 
     def _build(folder: Path) -> None:
         start = time.perf_counter()
-        gguf = gemma3_gguf_path()
-        model = transformers.AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
-                                                                  dtype=torch.float32)
-        tok = transformers.AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-        config = model.config.to_dict()
-        config.pop("quantization_config", None)
-        plain_config = type(model.config).from_dict(config)
-        with torch.device("meta"):
-            plain = type(model)(plain_config)
-        plain.load_state_dict(model.state_dict(), assign=True, strict=True)
-        plain.tie_weights()
-        plain.generation_config = model.generation_config
-        plain.save_pretrained(folder)
-        tok.save_pretrained(folder)
+        convert_gguf(gemma3_gguf_path(), folder)
         timing["convert_s"] = time.perf_counter() - start
 
     start = time.perf_counter()
