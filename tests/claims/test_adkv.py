@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
-from neurips26.claims.adkv import CLAIM
 from neurips26.claims.adakvq import TASKS
+from neurips26.claims.adkv import CLAIM
 from neurips26.claims.runner import run_claim
 
 
