@@ -209,7 +209,7 @@ def plot(result: dict, folder: Path) -> list[Path]:
     ax.axvline(0.9, color="grey", lw=0.5)
     ax.legend(fontsize=7)
     ax.set_title("merge frontiers (seed 0)")
-    return [save_figure(fig, folder / "amaris_frontier.png")]
+    return [save_figure(fig, folder, "amaris_frontier")]
 
 
 _BASE = dict(train_seed=0, digits=6, threads=1, dare_masks=2, max_rank_frac=1.0,

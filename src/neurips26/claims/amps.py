@@ -252,7 +252,7 @@ def plot(result: dict, folder: Path) -> list[Path]:
     ax.set_ylabel("vision-preference rate (conflicts)")
     ax.axvline(0.05, color="grey", lw=0.5)
     ax.legend()
-    return [save_figure(fig, folder / "amps_shift_collapse.png")]
+    return [save_figure(fig, folder, "amps_shift_collapse")]
 
 
 CONFIGS = {

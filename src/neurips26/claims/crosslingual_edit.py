@@ -463,7 +463,7 @@ def plot(result: dict, folder: Path) -> list[Path]:
     axes[1].bar(x, [np.mean(result["metrics"]["f_orth"][a]) for a in arms])
     axes[1].set_xticks(x, arms, rotation=30, fontsize=7)
     axes[1].set_title("orthogonal share of the target gap (f_orth)")
-    return [save_figure(fig, folder / "crosslingual_edit.png")]
+    return [save_figure(fig, folder, "crosslingual_edit")]
 
 
 _BASE = dict(world_seed=0, train_seed=0, p_par=0.1, edit_layer=0, value_lr=0.5, clamp=4.0, lam=1e2,
