@@ -326,3 +326,18 @@ def test_sweep_record_flags_the_grid_edge():
     assert sweep_record([1e-3, 1e-2, 1e-1], 1e-1)["at_edge"] is True
     with pytest.raises(ValueError, match="grid values"):
         sweep_record([1e-3, 1e-2], 5.0)
+
+
+def test_criterion_arguments_are_validated():
+    with pytest.raises(ValueError, match="kind must be one of"):
+        Better("acc", baseline="b", kind="vibes")
+    with pytest.raises(ValueError, match="min_seeds must be an int >= 1"):
+        Better("acc", baseline="b", min_seeds=0)
+    with pytest.raises(ValueError, match="confidence"):
+        AtLeast("acc", confidence=1.5)
+    with pytest.raises(ValueError, match="baseline must name an arm"):
+        Within("acc", tolerance=0.1)
+    with pytest.raises(ValueError, match="tolerance must be >= 0"):
+        Within("acc", baseline="b", tolerance=-1.0)
+    with pytest.raises(ValueError, match="grid must not be empty"):
+        sweep_record([], 1.0)

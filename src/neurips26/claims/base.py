@@ -200,10 +200,9 @@ class Criterion:
             raise ValueError(f"kind must be one of {KINDS}, got {self.kind!r}")
         if not isinstance(self.label, str):
             raise TypeError(f"label must be a string, got {type(self.label).__name__}")
-        for name in ("min_seeds",):
-            value = getattr(self, name, 1)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+        value = getattr(self, "min_seeds", 1)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"min_seeds must be an int >= 1, got {value!r}")
         confidence = getattr(self, "confidence", 0.9)
         if not 0.5 <= confidence < 1:
             raise ValueError(f"confidence must be in [0.5, 1), got {confidence!r}")
@@ -306,10 +305,10 @@ class _Threshold(Criterion):
             confidence=self.confidence,
             strict=False,
         )
-        # report on the metric's own scale
-        raw = bounds(values, self.confidence)
-        lo, hi = (raw["lower_bound"], raw["upper_bound"])
-        numbers.update(mean=raw["mean"], std=raw["std"], lower_bound=lo, upper_bound=hi, threshold=self.threshold)
+        raw = bounds(values, self.confidence)  # report on the metric's own scale
+        numbers.update(
+            {k: raw[k] for k in ("mean", "std", "lower_bound", "upper_bound")}, threshold=self.threshold
+        )
         return Judgement(verdict, self.describe(method), numbers)
 
     def describe(self, method):
@@ -322,9 +321,6 @@ class _Threshold(Criterion):
 @dataclass(frozen=True)
 class AtLeast(_Threshold):
     """The arm's ``metric`` is at least ``threshold``: reproduced when ``L >= threshold``."""
-
-    _higher = True
-    _op = ">="
 
 
 @dataclass(frozen=True)
