@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from transformers import BertConfig, BertForMaskedLM
 
@@ -123,6 +123,9 @@ def test_ab_limits_match_fkl_rkl_and_log_l2():
 
 @settings(max_examples=30, deadline=None)
 @given(seed=st.integers(0, 10_000), a=st.floats(-1.0, 2.0), b=st.floats(-1.0, 2.0))
+@example(seed=0, a=4.6e-12, b=0.0)  # found by CI: alpha^-2 cancellation just above the old 1e-12 switch
+@example(seed=1, a=3e-6, b=-3e-6 + 1e-13)
+@example(seed=2, a=2e-5, b=2e-5)
 def test_ab_matches_float64_reference_and_is_nonnegative(seed, a, b):
     g = torch.Generator().manual_seed(seed)
     t, s = torch.randn(3, 5, generator=g), torch.randn(3, 5, generator=g)
@@ -133,6 +136,20 @@ def test_ab_matches_float64_reference_and_is_nonnegative(seed, a, b):
         p, q = _probs64(t), _probs64(s)
         ref = -(p**a * q**b - a / (a + b) * p ** (a + b) - b / (a + b) * q ** (a + b)).sum(-1) / (a * b)
         torch.testing.assert_close(got.double(), ref, atol=2e-4, rtol=2e-3)
+
+
+@pytest.mark.parametrize("a,b", [(1e-7, 0.0), (0.0, 1e-7), (1e-7, 1e-7), (0.5, -0.5 + 1e-7), (2e-6, 0.3), (0.3, 2e-6)])
+def test_ab_continuous_across_the_limit_switches(a, b):
+    # the value on either side of every branch switch agrees with the value a little further out
+    g = torch.Generator().manual_seed(3)
+    t, s = torch.randn(4, 6, generator=g), torch.randn(4, 6, generator=g)
+    near = alpha_beta_divergence(t, s, a, b)
+    far = alpha_beta_divergence(t, s, a + 3e-4 * (a != 0), b + 3e-4 * (b != 0))
+    torch.testing.assert_close(near, far, atol=5e-3, rtol=5e-3)
+    assert torch.isfinite(near).all() and (near >= 0).all()
+    s.requires_grad_(True)
+    (grad,) = torch.autograd.grad(alpha_beta_divergence(t, s, a, b).sum(), s)
+    assert torch.isfinite(grad).all()
 
 
 def test_ab_positive_off_diagonal_and_finite_grads_with_zeros():
