@@ -12,6 +12,7 @@ from neurips26.federated.robust import (
     aggregate,
     coordinate_median,
     fedavg,
+    filter_nonfinite,
     krum,
     krum_scores,
     krum_select,
@@ -110,3 +111,83 @@ def test_identical_updates_are_fixed_points(n, seed):
     x = v.repeat(n, 1)
     for rule in ("fedavg", "median", "trimmed_mean"):
         assert torch.allclose(aggregate(rule, x), v)
+
+
+# --- non-finite updates (issue 23, defect 1) -------------------------------------------------------
+NONFINITE_RULES = ("fedavg", "median", "trimmed_mean", "krum", "multi_krum")
+
+
+def _nine_with_one_bad(value: float, row: int = 4, seed: int = 0) -> torch.Tensor:
+    x = torch.randn(9, 5, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    x[row, 2] = value
+    return x
+
+
+@pytest.mark.parametrize("rule", NONFINITE_RULES)
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf")])
+def test_nonfinite_update_is_rejected_by_default(rule, value):
+    x = _nine_with_one_bad(value)
+    with pytest.raises(ValueError, match=r"clients \[4\].*NaN or infinite"):
+        aggregate(rule, x, num_malicious=1)
+
+
+@pytest.mark.parametrize("rule", NONFINITE_RULES)
+@pytest.mark.parametrize("row", [0, 4, 8])
+def test_drop_policy_equals_the_rule_on_the_finite_clients(rule, row, caplog):
+    x = _nine_with_one_bad(float("nan"), row=row)
+    clean = torch.cat([x[:row], x[row + 1 :]])
+    with caplog.at_level("WARNING", logger="neurips26.federated.robust"):
+        out = aggregate(rule, x, num_malicious=1, nonfinite="drop")
+    assert torch.isfinite(out).all()
+    assert torch.allclose(out, aggregate(rule, clean, num_malicious=1), atol=1e-12)
+    assert any("dropped 1 of 9" in r.getMessage() and f"[{row}]" in r.getMessage() for r in caplog.records)
+
+
+def test_fedavg_drop_filters_weights_too():
+    x = _nine_with_one_bad(float("nan"), row=0)
+    w = torch.arange(1.0, 10.0, dtype=torch.float64)
+    assert torch.allclose(fedavg(x, w, nonfinite="drop"), fedavg(x[1:], w[1:]))
+
+
+def test_filter_nonfinite_counts_and_errors():
+    x = _nine_with_one_bad(float("nan"), row=3)
+    x[7, 0] = float("inf")
+    res = filter_nonfinite(x, nonfinite="drop")
+    assert res.dropped.tolist() == [3, 7] and res.kept.tolist() == [0, 1, 2, 4, 5, 6, 8]
+    assert res.updates.shape == (7, 5)
+    with pytest.raises(ValueError, match="every one of the 2"):
+        filter_nonfinite(torch.full((2, 3), float("nan")), nonfinite="drop")
+    with pytest.raises(ValueError, match="nonfinite must be one of"):
+        fedavg(x, nonfinite="ignore")
+
+
+def test_krum_never_selects_a_nonfinite_client():
+    # Before the fix a NaN score made Python's sorted() order arbitrary: Krum could pick the NaN client.
+    for row in range(9):
+        x = _nine_with_one_bad(float("nan"), row=row, seed=row)
+        idx = krum_select(x, 1, multi=7, nonfinite="drop")
+        assert row not in idx.tolist() and len(idx) == 7
+        assert torch.isfinite(krum_scores(x, 1, nonfinite="drop")).sum() == 8
+        assert krum_scores(x, 1, nonfinite="drop")[row] == float("inf")
+        assert torch.isfinite(multi_krum(x, 1, nonfinite="drop")).all()
+
+
+def test_krum_scores_of_huge_finite_updates_rank_without_nan():
+    # |a|^2 + |b|^2 - 2ab would give inf - inf = NaN here; the direct distances give +inf at worst.
+    x = torch.randn(9, 4, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    x[2] = 1e200
+    x[5] = -1e200
+    scores = krum_scores(x, 1)
+    assert not torch.isnan(scores).any()
+    assert set(krum_select(x, 1, multi=7).tolist()) == {0, 1, 3, 4, 6, 7, 8}
+
+
+def test_meta_empty_and_low_precision_updates():
+    with pytest.raises(ValueError, match="meta"):
+        fedavg(torch.zeros(3, 2, device="meta"))
+    with pytest.raises(ValueError, match="at least one coordinate"):
+        coordinate_median(torch.zeros(3, 0))
+    half = U.to(torch.float16)
+    for rule in AGGREGATORS:
+        out = aggregate(rule, half, num_malicious=1)
+        assert out.dtype == torch.float16 and torch.isfinite(out).all()

@@ -15,6 +15,20 @@ Krum (Blanchard et al., 2017) scores client ``i`` by the sum of squared distance
 The coordinate-wise median of an even number of values is the mean of the two middle ones (NumPy's
 convention, not ``torch.median``'s lower median), so every rule here is permutation invariant.
 
+Non-finite updates. One NaN or infinite entry would poison every rule (a NaN mean, a NaN median,
+a Krum score that no ordering can rank). Every rule therefore takes ``nonfinite``:
+
+* ``"raise"`` (default): a :class:`ValueError` naming the offending clients;
+* ``"drop"``: the offending clients are removed before the rule runs (the assumed Byzantine count
+  ``f`` is unchanged), their number is logged on this module's logger at WARNING level and
+  returned by :func:`filter_nonfinite`, and Krum-type selections report indices of the original
+  clients. If every update is non-finite, :class:`ValueError`.
+
+Krum's ranking is NaN-safe by construction: distances are computed without the ``|a|^2 + |b|^2 -
+2ab`` expansion (which turns two huge finite updates into ``inf - inf``), any non-finite score is
+mapped to ``+inf`` (never selected before a finite one), and the order is a stable ``argsort``
+(ties broken by client index).
+
 Shapes
 ------
 ``updates``: ``(n, d)`` float tensor; ``weights``: ``(n,)``; every rule returns ``(d,)``.
@@ -22,23 +36,34 @@ Shapes
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
-from neurips26.common.checks import check_float, check_int
+from neurips26.common.checks import check_choice, check_float, check_int
 
 __all__ = [
     "AGGREGATORS",
     "aggregate",
+    "NONFINITE_POLICIES",
+    "FilteredUpdates",
     "coordinate_median",
     "fedavg",
+    "filter_nonfinite",
     "krum",
     "krum_scores",
     "krum_select",
     "multi_krum",
     "trimmed_mean",
 ]
+
+
+logger = logging.getLogger(__name__)
+
+NONFINITE_POLICIES = ("raise", "drop")
+_WORK_DTYPES = (torch.float32, torch.float64)
 
 
 def _check_updates(updates: torch.Tensor) -> torch.Tensor:
@@ -48,12 +73,86 @@ def _check_updates(updates: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"updates must have shape (n, d), got {tuple(updates.shape)}")
     if updates.shape[0] == 0:
         raise ValueError("updates must hold at least one client update (empty client set)")
+    if updates.shape[1] == 0:
+        raise ValueError("updates must have at least one coordinate (d >= 1), got shape (n, 0)")
     if not torch.is_floating_point(updates):
         raise TypeError(f"updates must be floating point, got {updates.dtype}")
+    if updates.device.type == "meta":
+        raise ValueError("updates must hold data (a meta tensor has none)")
     return updates
 
 
-def fedavg(updates: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
+@dataclass
+class FilteredUpdates:
+    """Result of :func:`filter_nonfinite`.
+
+    Attributes
+    ----------
+    updates : torch.Tensor, shape (k, d)
+        The finite updates, in their original order.
+    weights : torch.Tensor or None, shape (k,)
+        Their weights, if weights were given.
+    kept : torch.Tensor, shape (k,), int64
+        Original indices of the kept clients.
+    dropped : torch.Tensor, shape (n - k,), int64
+        Original indices of the dropped clients.
+    """
+
+    updates: torch.Tensor
+    weights: torch.Tensor | None
+    kept: torch.Tensor
+    dropped: torch.Tensor
+
+
+def filter_nonfinite(
+    updates: torch.Tensor, weights: torch.Tensor | None = None, nonfinite: str = "raise"
+) -> FilteredUpdates:
+    """Apply the non-finite policy to a stack of client updates.
+
+    Parameters
+    ----------
+    updates : torch.Tensor, shape (n, d)
+    weights : torch.Tensor, shape (n,), optional
+        Filtered along with the updates.
+    nonfinite : {"raise", "drop"}
+        ``"raise"``: :class:`ValueError` if any update holds a NaN or an infinity.
+        ``"drop"``: remove those clients and log how many were dropped.
+
+    Returns
+    -------
+    FilteredUpdates
+    """
+    updates = _check_updates(updates)
+    check_choice("nonfinite", nonfinite, NONFINITE_POLICIES)
+    finite = torch.isfinite(updates).all(dim=1)
+    idx = torch.arange(updates.shape[0])
+    if bool(finite.all()):
+        return FilteredUpdates(updates, weights, idx, idx[:0])
+    bad = idx[~finite.cpu()]
+    if nonfinite == "raise":
+        raise ValueError(
+            f"updates of clients {bad.tolist()} hold NaN or infinite entries; pass nonfinite='drop' to "
+            "drop such clients instead"
+        )
+    if bad.numel() == updates.shape[0]:
+        raise ValueError(f"every one of the {updates.shape[0]} client updates holds NaN or infinite entries")
+    logger.warning(
+        "dropped %d of %d client updates holding NaN or infinite entries (clients %s)",
+        bad.numel(), updates.shape[0], bad.tolist(),
+    )  # fmt: skip
+    kept = idx[finite.cpu()]
+    w = None if weights is None else weights[kept.to(weights.device)]
+    return FilteredUpdates(updates[kept.to(updates.device)], w, kept, bad)
+
+
+def _work(updates: torch.Tensor) -> torch.Tensor:
+    """float16/bfloat16 are computed in float32 (CPU sort/quantile kernels need it)."""
+    return updates if updates.dtype in _WORK_DTYPES else updates.float()
+
+
+def fedavg(
+    updates: torch.Tensor, weights: torch.Tensor | None = None, nonfinite: str = "raise"
+) -> torch.Tensor:
     """Weighted mean of the client updates (FedAvg's server step).
 
     Parameters
@@ -61,38 +160,49 @@ def fedavg(updates: torch.Tensor, weights: torch.Tensor | None = None) -> torch.
     updates : torch.Tensor, shape (n, d)
     weights : torch.Tensor, shape (n,), optional
         Non-negative weights (e.g. sample counts) with a positive sum; uniform when omitted.
+    nonfinite : {"raise", "drop"}
+        Policy for updates holding NaN/inf (see the module docstring).
 
     Returns
     -------
     torch.Tensor, shape (d,)
     """
     updates = _check_updates(updates)
-    if weights is None:
-        return updates.mean(dim=0)
-    weights = torch.as_tensor(weights, dtype=updates.dtype, device=updates.device)
-    if weights.shape != (updates.shape[0],):
-        raise ValueError(f"weights must have shape ({updates.shape[0]},), got {tuple(weights.shape)}")
-    if (weights < 0).any() or not torch.isfinite(weights).all() or float(weights.sum()) <= 0:
-        raise ValueError("weights must be finite, non-negative and sum to a positive number")
-    return (weights[:, None] * updates).sum(dim=0) / weights.sum()
+    if weights is not None:
+        weights = torch.as_tensor(weights, dtype=updates.dtype, device=updates.device)
+        if weights.shape != (updates.shape[0],):
+            raise ValueError(f"weights must have shape ({updates.shape[0]},), got {tuple(weights.shape)}")
+        if not bool(torch.isfinite(weights).all()) or bool((weights < 0).any()):
+            raise ValueError("weights must be finite and non-negative")
+    kept = filter_nonfinite(updates, weights, nonfinite)
+    x = _work(kept.updates)
+    if kept.weights is None:
+        return x.mean(dim=0).to(updates.dtype)
+    w = kept.weights.to(x.dtype)
+    if float(w.sum()) <= 0:
+        raise ValueError("weights of the aggregated clients must sum to a positive number")
+    return ((w[:, None] * x).sum(dim=0) / w.sum()).to(updates.dtype)
 
 
-def coordinate_median(updates: torch.Tensor) -> torch.Tensor:
+def coordinate_median(updates: torch.Tensor, nonfinite: str = "raise") -> torch.Tensor:
     """Coordinate-wise median (mean of the two middle values when ``n`` is even).
 
     Parameters
     ----------
     updates : torch.Tensor, shape (n, d)
+    nonfinite : {"raise", "drop"}
+        Policy for updates holding NaN/inf.
 
     Returns
     -------
     torch.Tensor, shape (d,)
     """
-    updates = _check_updates(updates)
-    return torch.quantile(updates, 0.5, dim=0) if updates.shape[0] > 1 else updates[0].clone()
+    x = _work(filter_nonfinite(updates, None, nonfinite).updates)
+    out = torch.quantile(x, 0.5, dim=0) if x.shape[0] > 1 else x[0].clone()
+    return out.to(updates.dtype)
 
 
-def trimmed_mean(updates: torch.Tensor, beta: float = 0.2) -> torch.Tensor:
+def trimmed_mean(updates: torch.Tensor, beta: float = 0.2, nonfinite: str = "raise") -> torch.Tensor:
     """Coordinate-wise trimmed mean dropping the ``floor(beta * n)`` largest and smallest values.
 
     Parameters
@@ -100,54 +210,84 @@ def trimmed_mean(updates: torch.Tensor, beta: float = 0.2) -> torch.Tensor:
     updates : torch.Tensor, shape (n, d)
     beta : float, default 0.2
         Fraction trimmed at each end, in ``[0, 0.5)``; at least one value must remain.
+    nonfinite : {"raise", "drop"}
+        Policy for updates holding NaN/inf (``n`` is counted after dropping).
 
     Returns
     -------
     torch.Tensor, shape (d,)
     """
-    updates = _check_updates(updates)
+    _check_updates(updates)
     check_float("beta", beta, 0.0, 0.5, high_open=True)
-    n = updates.shape[0]
+    x = _work(filter_nonfinite(updates, None, nonfinite).updates)
+    n = x.shape[0]
     b = int(beta * n)
     if n - 2 * b < 1:
         raise ValueError(f"trimmed_mean with beta={beta} leaves no value of n={n} updates")
-    ordered = torch.sort(updates, dim=0).values
-    return ordered[b : n - b].mean(dim=0)
+    ordered = torch.sort(x, dim=0).values
+    return ordered[b : n - b].mean(dim=0).to(updates.dtype)
 
 
-def krum_scores(updates: torch.Tensor, num_malicious: int) -> torch.Tensor:
+def _check_krum(n: int, num_malicious: int) -> None:
+    check_int("num_malicious", num_malicious, low=0)
+    if n <= 2 * num_malicious + 2:
+        raise ValueError(
+            f"Krum needs n > 2 * num_malicious + 2 client updates, got n={n}, num_malicious={num_malicious}"
+        )
+
+
+def _scores(x: torch.Tensor, num_malicious: int) -> torch.Tensor:
+    """Krum scores of the rows of finite ``x`` ``(k, d)``, float64, non-finite mapped to ``+inf``."""
+    k = x.shape[0]
+    x = x.double()
+    dist = torch.cdist(x, x, compute_mode="donot_use_mm_for_euclid_dist").pow(2)
+    dist.fill_diagonal_(float("inf"))
+    closest = torch.sort(dist, dim=1).values[:, : k - num_malicious - 2]
+    scores = closest.sum(dim=1)
+    return torch.where(torch.isnan(scores), torch.full_like(scores, float("inf")), scores)
+
+
+def krum_scores(updates: torch.Tensor, num_malicious: int, nonfinite: str = "raise") -> torch.Tensor:
     """Krum score of every update: sum of squared distances to its ``n - f - 2`` nearest others.
 
     Parameters
     ----------
     updates : torch.Tensor, shape (n, d)
     num_malicious : int
-        Assumed number ``f`` of Byzantine clients; requires ``n > 2f + 2``.
+        Assumed number ``f`` of Byzantine clients; requires ``n > 2f + 2`` (after dropping).
+    nonfinite : {"raise", "drop"}
+        Policy for updates holding NaN/inf; dropped clients score ``+inf``.
 
     Returns
     -------
-    torch.Tensor, shape (n,)
+    torch.Tensor, shape (n,), float64
     """
-    updates = _check_updates(updates)
-    n = updates.shape[0]
+    _check_updates(updates)
     check_int("num_malicious", num_malicious, low=0)
-    if n <= 2 * num_malicious + 2:
-        raise ValueError(f"Krum needs n > 2 * num_malicious + 2, got n={n}, num_malicious={num_malicious}")
-    dist = torch.cdist(updates.double(), updates.double()).pow(2)
-    dist.fill_diagonal_(float("inf"))
-    closest = torch.sort(dist, dim=1).values[:, : n - num_malicious - 2]
-    return closest.sum(dim=1)
+    kept = filter_nonfinite(updates, None, nonfinite)
+    _check_krum(kept.updates.shape[0], num_malicious)
+    scores = torch.full((updates.shape[0],), float("inf"), dtype=torch.float64)
+    scores[kept.kept] = _scores(kept.updates, num_malicious).cpu()
+    return scores
 
 
-def krum_select(updates: torch.Tensor, num_malicious: int, multi: int = 1) -> torch.Tensor:
-    """Indices of the ``multi`` lowest Krum scores (ties broken by client index), shape ``(multi,)``."""
-    scores = krum_scores(updates, num_malicious)
-    check_int("multi", multi, low=1, high=updates.shape[0])
-    order = sorted(range(len(scores)), key=lambda i: (float(scores[i]), i))
-    return torch.tensor(order[:multi], dtype=torch.long)
+def krum_select(
+    updates: torch.Tensor, num_malicious: int, multi: int = 1, nonfinite: str = "raise"
+) -> torch.Tensor:
+    """Indices of the ``multi`` lowest Krum scores, ties broken by client index, shape ``(multi,)``.
+
+    The ranking is a stable ``argsort`` of float64 scores in which any non-finite score is ``+inf``;
+    with ``nonfinite="drop"`` at most the number of finite clients can be selected.
+    """
+    _check_updates(updates)
+    check_int("num_malicious", num_malicious, low=0)
+    kept = filter_nonfinite(updates, None, nonfinite)
+    check_int("multi", multi, low=1, high=kept.updates.shape[0])
+    scores = krum_scores(updates, num_malicious, nonfinite)
+    return torch.argsort(scores, stable=True)[:multi]
 
 
-def krum(updates: torch.Tensor, num_malicious: int, multi: int = 1) -> torch.Tensor:
+def krum(updates: torch.Tensor, num_malicious: int, multi: int = 1, nonfinite: str = "raise") -> torch.Tensor:
     """Krum (``multi = 1``) or the mean of the ``multi`` best-scored updates.
 
     Parameters
@@ -157,39 +297,46 @@ def krum(updates: torch.Tensor, num_malicious: int, multi: int = 1) -> torch.Ten
         Assumed number ``f`` of Byzantine clients (``n > 2f + 2``).
     multi : int, default 1
         How many lowest-score updates to average.
+    nonfinite : {"raise", "drop"}
+        Policy for updates holding NaN/inf.
 
     Returns
     -------
     torch.Tensor, shape (d,)
     """
-    idx = krum_select(updates, num_malicious, multi)
-    return updates[idx].mean(dim=0)
+    idx = krum_select(updates, num_malicious, multi, nonfinite)
+    return _work(updates[idx.to(updates.device)]).mean(dim=0).to(updates.dtype)
 
 
-def multi_krum(updates: torch.Tensor, num_malicious: int, multi: int | None = None) -> torch.Tensor:
-    """Multi-Krum: mean of the ``multi`` (default ``n - f``) lowest Krum scores, shape ``(d,)``."""
-    n = _check_updates(updates).shape[0]
-    return krum(updates, num_malicious, n - num_malicious if multi is None else multi)
+def multi_krum(
+    updates: torch.Tensor, num_malicious: int, multi: int | None = None, nonfinite: str = "raise"
+) -> torch.Tensor:
+    """Multi-Krum: mean of the ``multi`` (default ``k - f``, ``k`` finite clients) lowest Krum scores, ``(d,)``."""
+    _check_updates(updates)
+    check_int("num_malicious", num_malicious, low=0)
+    if multi is None:
+        multi = filter_nonfinite(updates, None, nonfinite).updates.shape[0] - num_malicious
+    return krum(updates, num_malicious, multi, nonfinite)
 
 
-def _fedavg_rule(updates, weights=None, num_malicious=0, beta=0.2):
-    return fedavg(updates, weights)
+def _fedavg_rule(updates, weights=None, num_malicious=0, beta=0.2, nonfinite="raise"):
+    return fedavg(updates, weights, nonfinite)
 
 
-def _median_rule(updates, weights=None, num_malicious=0, beta=0.2):
-    return coordinate_median(updates)
+def _median_rule(updates, weights=None, num_malicious=0, beta=0.2, nonfinite="raise"):
+    return coordinate_median(updates, nonfinite)
 
 
-def _trimmed_rule(updates, weights=None, num_malicious=0, beta=0.2):
-    return trimmed_mean(updates, beta)
+def _trimmed_rule(updates, weights=None, num_malicious=0, beta=0.2, nonfinite="raise"):
+    return trimmed_mean(updates, beta, nonfinite)
 
 
-def _krum_rule(updates, weights=None, num_malicious=0, beta=0.2):
-    return krum(updates, num_malicious)
+def _krum_rule(updates, weights=None, num_malicious=0, beta=0.2, nonfinite="raise"):
+    return krum(updates, num_malicious, 1, nonfinite)
 
 
-def _multikrum_rule(updates, weights=None, num_malicious=0, beta=0.2):
-    return multi_krum(updates, num_malicious)
+def _multikrum_rule(updates, weights=None, num_malicious=0, beta=0.2, nonfinite="raise"):
+    return multi_krum(updates, num_malicious, None, nonfinite)
 
 
 AGGREGATORS: dict[str, Callable[..., torch.Tensor]] = {
@@ -199,7 +346,7 @@ AGGREGATORS: dict[str, Callable[..., torch.Tensor]] = {
     "krum": _krum_rule,
     "multi_krum": _multikrum_rule,
 }
-"""Rule name -> ``fn(updates, weights=None, num_malicious=0, beta=0.2) -> (d,)``."""
+"""Rule name -> ``fn(updates, weights=None, num_malicious=0, beta=0.2, nonfinite="raise") -> (d,)``."""
 
 
 def aggregate(
@@ -208,6 +355,7 @@ def aggregate(
     weights: torch.Tensor | None = None,
     num_malicious: int = 0,
     beta: float = 0.2,
+    nonfinite: str = "raise",
 ) -> torch.Tensor:
     """Apply the aggregation rule named ``rule`` (one of :data:`AGGREGATORS`).
 
@@ -222,11 +370,15 @@ def aggregate(
         Assumed Byzantine count for Krum-type rules.
     beta : float
         Trim fraction of ``trimmed_mean``.
+    nonfinite : {"raise", "drop"}
+        Policy for updates holding NaN/inf.
 
     Returns
     -------
     torch.Tensor, shape (d,)
     """
-    if rule not in AGGREGATORS:
+    if not isinstance(rule, str) or rule not in AGGREGATORS:
         raise ValueError(f"unknown aggregation rule {rule!r}; choose one of {sorted(AGGREGATORS)}")
-    return AGGREGATORS[rule](updates, weights=weights, num_malicious=num_malicious, beta=beta)
+    return AGGREGATORS[rule](
+        updates, weights=weights, num_malicious=num_malicious, beta=beta, nonfinite=nonfinite
+    )
