@@ -133,15 +133,17 @@ def _cosine(p: Tensor, z: Tensor) -> Tensor:
     return F.cosine_similarity(p, z, dim=-1).mean()
 
 
-def structural_features(edge_index: Adjacency, num_nodes: int, dim: int = 32) -> Tensor:
+def structural_features(
+    edge_index: Adjacency, num_nodes: int, dim: int = 32, dtype: torch.dtype = torch.float32
+) -> Tensor:
     """Topology-only node features: truncated SVD of the normalised adjacency.
 
     .. math::
         \\hat A \\approx U_k S_k V_k^\\top, \\qquad X_s = U_k S_k^{1/2}
 
     computed with :func:`torch.svd_lowrank` under a fixed random state (deterministic), columns
-    sign-fixed so that the largest-magnitude entry is positive. Shapes: ``[2, E] -> [N, dim]``
-    (zero-padded when ``dim > N``).
+    sign-fixed so that the largest-magnitude entry is positive, in floating ``dtype`` throughout
+    (normalisation included). Shapes: ``[2, E] -> [N, dim]`` (zero-padded when ``dim > N``).
     """
     from torch_geometric.nn.conv.gcn_conv import gcn_norm
 
@@ -149,7 +151,9 @@ def structural_features(edge_index: Adjacency, num_nodes: int, dim: int = 32) ->
     if is_torch_sparse_tensor(edge_index):
         edge_index = edge_index.coalesce().indices()
     check_edge_index(edge_index, num_nodes)
-    ei, w = gcn_norm(edge_index, None, num_nodes, add_self_loops=True)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating-point torch.dtype, got {dtype!r}")
+    ei, w = gcn_norm(edge_index, None, num_nodes, add_self_loops=True, dtype=dtype)
     adj = to_torch_coo_tensor(ei, w, size=num_nodes)
     k = min(dim, num_nodes)
     with torch.random.fork_rng(devices=[]):
@@ -276,26 +280,33 @@ class GCNMLP(nn.Module):
             if c.loss == "bootstrap"
             else None
         )
-        self._struct_cache: tuple[tuple, Tensor] | None = None
+        # ((num_nodes, dtype, edge_index snapshot), features): reused only for an identical graph
+        self._struct_cache: tuple[tuple[int, torch.dtype, Tensor], Tensor] | None = None
 
     # ------------------------------------------------------------------ views
-    def _structural(self, edge_index: Adjacency, num_nodes: int) -> Tensor:
+    def _structural(self, edge_index: Adjacency, num_nodes: int, dtype: torch.dtype) -> Tensor:
+        """Structural features, cached against an exact snapshot of the graph (never a fingerprint)."""
         ei = edge_index.coalesce().indices() if is_torch_sparse_tensor(edge_index) else edge_index
-        key = (
-            num_nodes,
-            ei.size(1),
-            int(ei[0].sum()),
-            int((ei[0] * 7919 + ei[1]).remainder(1_000_003).sum()),
-        )
-        if self._struct_cache is None or self._struct_cache[0] != key:
-            self._struct_cache = (key, structural_features(ei, num_nodes, self.config.structural_dim))
-        return self._struct_cache[1]
+        if self._struct_cache is not None:
+            (n, dt, snap), feats = self._struct_cache
+            if (
+                n == num_nodes
+                and dt == dtype
+                and snap.shape == ei.shape
+                and snap.dtype == ei.dtype
+                and snap.device == ei.device
+                and torch.equal(snap, ei)
+            ):
+                return feats
+        feats = structural_features(ei, num_nodes, self.config.structural_dim, dtype=dtype)
+        self._struct_cache = ((num_nodes, dtype, ei.detach().clone()), feats)
+        return feats
 
     def gcn_input(self, x: Tensor, edge_index: Adjacency) -> Tensor:
         """The structural view's input ``X_s`` (``[N, F]``, ``[N, structural_dim]`` or both)."""
         if self.config.gcn_input == "features":
             return x
-        s = self._structural(edge_index, x.size(0)).to(x)
+        s = self._structural(edge_index, x.size(0), x.dtype).to(x)
         return s if self.config.gcn_input == "structural" else torch.cat([x, s], 1)
 
     def forward(

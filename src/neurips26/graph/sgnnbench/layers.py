@@ -54,12 +54,23 @@ def _check(x: Tensor, edge_index: Tensor) -> None:
     check_edge_index(edge_index, x.size(0))
 
 
+def _same(a: Tensor | None, b: Tensor | None) -> bool:
+    """Exact equality of two optional tensors (dtype, device, shape and every element)."""
+    if a is None or b is None:
+        return a is None and b is None
+    return a.dtype == b.dtype and a.device == b.device and a.shape == b.shape and torch.equal(a, b)
+
+
 class GCNPropagation(MessagePassing):
     """Weight-free K-hop propagation :math:`\\hat A^K x` with symmetric normalisation and self-loops.
 
-    ``cached=True`` keeps the normalised adjacency for a graph identified by its size and a cheap
-    fingerprint, so a changed graph is never served stale weights. Every hop is reported to the
-    energy counter with its input (hop 1 on spikes is accumulate-only; later hops are real-valued).
+    ``cached=True`` keeps the normalised adjacency together with an exact snapshot of the graph it
+    was computed from (a copy of ``edge_index`` and of ``edge_weight``, the node count and the
+    dtype); a call is served from the cache only when the new graph is element-wise identical, so
+    any rewiring (degree-preserving or not, in place or not) recomputes. The comparison costs
+    :math:`O(E)`, far below the normalisation it saves. Normalisation runs in the input's dtype
+    (float64 stays float64). Every hop is reported to the energy counter with its input (hop 1 on
+    spikes is accumulate-only; later hops are real-valued).
 
     Shapes: ``x [N, F]``, ``edge_index [2, E]`` -> ``[N, F]``.
     """
@@ -68,29 +79,45 @@ class GCNPropagation(MessagePassing):
         super().__init__(aggr="add")
         self.K = check_int("K", K, low=0)
         self.cached = bool(cached)
-        self._cache: tuple[tuple, Tensor, Tensor | None] | None = None
-
-    def normalized(self, edge_index: Tensor, edge_weight: Tensor | None, num_nodes: int):
-        if is_torch_sparse_tensor(edge_index):
-            adj, _ = gcn_norm(edge_index, None, num_nodes, add_self_loops=True, dtype=torch.float32)
-            return adj, None
-        key = (
-            num_nodes,
-            edge_index.size(1),
-            int(edge_index.sum()),
-            int((edge_index[0] * 31 + edge_index[1]).sum()),
+        # (num_nodes, dtype, edge_index snapshot, edge_weight snapshot) -> (normalised index, weights)
+        self._cache: tuple[tuple[int, torch.dtype, Tensor, Tensor | None], Tensor, Tensor | None] | None = (
+            None
         )
-        if self.cached and self._cache is not None and self._cache[0] == key and edge_weight is None:
-            return self._cache[1], self._cache[2]
-        ei, w = gcn_norm(edge_index, edge_weight, num_nodes, add_self_loops=True)
-        if self.cached and edge_weight is None:
-            self._cache = (key, ei, w)
+
+    def normalized(
+        self,
+        edge_index: Tensor,
+        edge_weight: Tensor | None,
+        num_nodes: int,
+        dtype: torch.dtype = torch.float32,
+    ):
+        """Normalised adjacency :math:`\\hat A` in ``dtype`` (served from the exact-snapshot cache)."""
+        if edge_weight is not None:
+            edge_weight = edge_weight.to(dtype)
+        if is_torch_sparse_tensor(edge_index):
+            if edge_index.is_floating_point():
+                edge_index = edge_index.to(dtype)
+            adj, _ = gcn_norm(edge_index, None, num_nodes, add_self_loops=True, dtype=dtype)
+            return adj, None
+        if self.cached and self._cache is not None:
+            (n, dt, ei_snap, w_snap), ei, w = self._cache
+            same = (
+                n == num_nodes and dt == dtype and _same(ei_snap, edge_index) and _same(w_snap, edge_weight)
+            )
+            if same and (edge_weight is None or not edge_weight.requires_grad):
+                return ei, w
+        ei, w = gcn_norm(edge_index, edge_weight, num_nodes, add_self_loops=True, dtype=dtype)
+        if self.cached and (edge_weight is None or not edge_weight.requires_grad):
+            snap_w = None if edge_weight is None else edge_weight.detach().clone()
+            self._cache = ((num_nodes, dtype, edge_index.detach().clone(), snap_w), ei, w)
         return ei, w
 
     def forward(self, x: Tensor, edge_index: Tensor, edge_weight: Tensor | None = None) -> Tensor:
         if self.K == 0:
             return x
-        ei, w = self.normalized(edge_index, edge_weight, x.size(0))
+        ei, w = self.normalized(
+            edge_index, edge_weight, x.size(0), x.dtype if x.is_floating_point() else torch.float32
+        )
         nnz = ei._nnz() if is_torch_sparse_tensor(ei) else ei.size(1)
         for _ in range(self.K):
             record(self, "propagation", nnz * x.size(1), x)
