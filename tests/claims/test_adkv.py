@@ -35,3 +35,5 @@ def test_adkv_smoke(tmp_path):
     assert bench["full"]["kv_bytes_ratio_vs_dynamic"] == 1.0 and bench["adkv"]["kv_bytes_ratio_vs_dynamic"] < 1.0
     again = run_claim("adkv", "smoke", out=tmp_path / "again", force=True)
     assert again["metrics"] == res["metrics"]
+    (png,) = CLAIM.plot(res, tmp_path / "plots")  # the hook reads the metrics this run wrote
+    assert png.exists() and png.stat().st_size > 0

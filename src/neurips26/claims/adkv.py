@@ -189,7 +189,8 @@ def plot(result: dict, folder: Path) -> list[Path]:
     plt = pyplot()
     arms = [result["method"], *result["baselines"], *result.get("references", [])]
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
-    for ax, metric, log in ((axes[0], "exact_match", False), (axes[1], "metadata_bytes", True)):
+    acc = "accuracy" if "accuracy" in result["metrics"] else "exact_match"  # schema-1 results named it so
+    for ax, metric, log in ((axes[0], acc, False), (axes[1], "metadata_bytes", True)):
         vals = [sum(result["metrics"][metric][a]) / len(result["metrics"][metric][a]) for a in arms]
         ax.bar(range(len(arms)), [max(v, 1e-9) if log else v for v in vals])
         ax.set_xticks(range(len(arms)), arms, rotation=30, ha="right")
