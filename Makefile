@@ -3,9 +3,11 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 PROFILE ?= quick
+RULER_LENGTHS ?= 512,1024,2048
+RULER_N ?= 20
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test reproduce full report lint clean
+.PHONY: setup test reproduce full report ruler lint clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -34,6 +36,10 @@ full: setup
 
 report: setup
 	$(BIN)/neurips26 report --profile $(PROFILE)
+
+# RULER calibration: what SmolLM2-135M reaches in full precision per task and length (a report section).
+ruler: setup
+	$(BIN)/neurips26 ruler --tasks all --lengths $(RULER_LENGTHS) --n $(RULER_N) --out results/ruler/smollm2-135m.json
 
 lint: setup
 	$(BIN)/ruff check src tests

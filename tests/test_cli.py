@@ -81,3 +81,34 @@ def test_ruler_rejects_bad_arguments_with_clear_errors():
     with pytest.raises(SystemExit, match="--cache must be dynamic, kivi<bits> or adakvq"):
         _named_cache("zip", None)
     assert _named_cache("dynamic", None) is None
+
+
+def test_ruler_all_tasks_writes_a_table_with_provenance(tmp_path, monkeypatch):
+    import json
+
+    import neurips26.common.models as models
+    import neurips26.common.ruler as ruler
+    from neurips26.cli import main
+
+    seen = {}
+
+    def fake_evaluate(net, tok, cache, attention, tasks, lengths, n, seed, batch_size):
+        seen.update(tasks=tasks, lengths=lengths, n=n, seed=seed)
+        return [
+            {"task": t, "length": n_tok, "n": n, "accuracy": 0.5, "gen_tokens": 3.0, "s_per_item": 0.1}
+            for t in tasks
+            for n_tok in lengths
+        ]
+
+    from types import SimpleNamespace
+
+    monkeypatch.setattr(models, "load_pretrained", lambda name: (SimpleNamespace(config=None), object()))
+    monkeypatch.setattr(ruler, "evaluate", fake_evaluate)
+    out = tmp_path / "ruler" / "m.json"
+    argv = ["ruler", "--tasks", "all", "--lengths", "256,512", "--n", "3", "--seed", "4", "--out", str(out)]
+    assert main(argv) == 0
+    assert seen == {"tasks": tuple(ruler.TASKS), "lengths": (256, 512), "n": 3, "seed": 4}
+    data = json.loads(out.read_text())
+    assert data["kind"] == "ruler" and data["tasks"] == list(ruler.TASKS) and data["lengths"] == [256, 512]
+    assert data["command"] == "neurips26 ruler " + " ".join(argv[1:])
+    assert "git" in data["env"] and len(data["table"]) == 2 * len(ruler.TASKS)

@@ -184,12 +184,21 @@ def cmd_ruler(args: argparse.Namespace) -> int:
         lengths = tuple(int(x) for x in args.lengths.split(",") if x.strip())
     except ValueError:
         raise SystemExit(f"error: --lengths must be comma-separated integers, got {args.lengths!r}") from None
-    tasks = tuple(t for t in args.tasks.split(",") if t.strip())
+    from neurips26.common.ruler import TASKS
+
+    tasks = tuple(TASKS) if args.tasks == "all" else tuple(t for t in args.tasks.split(",") if t.strip())
     torch.set_num_threads(args.threads)
     net, tok = load_pretrained(args.model)
     try:
         table = evaluate(
-            net, tok, _named_cache(args.cache, net.config), None, tasks, lengths, args.n, args.seed,
+            net,
+            tok,
+            _named_cache(args.cache, net.config),
+            None,
+            tasks,
+            lengths,
+            args.n,
+            args.seed,
             batch_size=args.batch_size,
         )
     except ValueError as err:
@@ -203,7 +212,19 @@ def cmd_ruler(args: argparse.Namespace) -> int:
     if args.out is not None:
         path = Path(args.out)
         path.parent.mkdir(parents=True, exist_ok=True)
-        meta = {"model": args.model, "cache": args.cache or "dynamic", "seed": args.seed, "n": args.n}
+        from neurips26.claims.runner import capture_env
+
+        meta = {
+            "kind": "ruler",
+            "model": args.model,
+            "cache": args.cache or "dynamic",
+            "seed": args.seed,
+            "n": args.n,
+            "tasks": list(tasks),
+            "lengths": list(lengths),
+            "command": "neurips26 ruler " + " ".join(args.argv),
+            "env": capture_env(),
+        }
         path.write_text(json.dumps({**meta, "table": table}, indent=2))
     return 0
 
@@ -213,7 +234,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="neurips26",
         description="NeurIPS 2026 methods as tested components, each proven by a claim check.",
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{list,show,check,report,env,readme,ruler}")
+    sub = parser.add_subparsers(
+        dest="command", required=True, metavar="{list,show,check,report,env,readme,ruler}"
+    )
     p = sub.add_parser("list", help="all 36 methods and their derived status")
     p.add_argument("--area", help="only methods of this area (e.g. rl, graph)")
     p.set_defaults(func=cmd_list)
@@ -245,11 +268,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--results", default="results/full")
     p.add_argument("--check", action="store_true", help="exit 1 if the table is out of date")
     p.set_defaults(func=cmd_readme)
-    p = sub.add_parser("ruler", help="RULER-style long-context evaluation of a pretrained model with a KV cache")
+    p = sub.add_parser(
+        "ruler", help="RULER-style long-context evaluation of a pretrained model with a KV cache"
+    )
     p.add_argument("--model", default="smollm2-135m")
     p.add_argument("--cache", default=None, help="dynamic (default) | kivi<bits> | adakvq")
     p.add_argument("--lengths", default="1024", help="comma-separated context lengths in tokens")
-    p.add_argument("--tasks", default="niah_single_1", help="comma-separated RULER task names")
+    p.add_argument("--tasks", default="niah_single_1", help="comma-separated RULER task names, or all")
     p.add_argument("--n", type=int, default=50, help="items per (task, length)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--batch-size", type=int, default=8)
@@ -260,7 +285,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    args.argv = argv[1:]  # the subcommand's own arguments, recorded by commands that write results
     return int(args.func(args) or 0)
 
 

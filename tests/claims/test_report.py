@@ -168,3 +168,36 @@ def test_benchmark_tables_ignore_non_benchmark_info():
     result = fixture_result()
     result["info"] = [{"timings": {"a": {"b": 1.0}}, "bad_benchmark": [1, 2]}]
     assert benchmark_tables(result) == []
+
+
+def test_ruler_calibration_section_and_heatmap(tmp_path):
+    from neurips26.claims.report import load_ruler, ruler_grid
+
+    results = tmp_path / "results"
+    (results / "full").mkdir(parents=True)
+    (results / "ruler").mkdir()
+    (results / "full" / "toy.json").write_text(json.dumps(fixture_result()))
+    table = [
+        {"task": "niah_single_1", "length": 512, "accuracy": 0.9},
+        {"task": "niah_single_1", "length": 1024, "accuracy": 0.75},
+        {"task": "vt", "length": 512, "accuracy": 0.1},
+    ]
+    cal = {"kind": "ruler", "model": "m", "cache": "dynamic", "n": 20, "seed": 0, "command": "neurips26 ruler x"}
+    (results / "ruler" / "m.json").write_text(json.dumps({**cal, "table": table}))
+    (results / "ruler" / "other.json").write_text(json.dumps({"kind": "something else"}))
+    (data,) = load_ruler(results / "ruler")
+    tasks, lengths, grid = ruler_grid(data)
+    assert tasks == ["niah_single_1", "vt"] and lengths == [512, 1024]
+    assert grid == [[0.9, 0.75], [0.1, None]]  # a missing cell stays missing, never 0
+    md, html_path = build_report(results / "full")
+    text = md.read_text()
+    assert "## RULER calibration" in text and "| vt | 0.10 | - |" in text and "neurips26 ruler x" in text
+    assert (results / "full" / "plots" / "ruler_m.png").stat().st_size > 0
+    assert "RULER calibration" in html_path.read_text()
+
+
+def test_report_without_ruler_folder_has_no_ruler_section(tmp_path):
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "toy.json").write_text(json.dumps(fixture_result()))
+    md, _ = build_report(tmp_path / "full")
+    assert "RULER calibration" not in md.read_text()

@@ -22,6 +22,13 @@ from typing import Any
 from neurips26.claims.plotting import pyplot, save_figure
 from neurips26.common.cache import atomic_write_text
 
+RULER_HEADING = "RULER calibration"
+RULER_INTRO = (
+    "What the small model can do at all: full-precision accuracy per RULER task and context length "
+    "(neurips26.common.ruler). The KV-cache and sparse-prefill claims judge only tasks whose premise (full "
+    "precision reaches the declared accuracy) holds at their length; the others are named in their results."
+)
+
 GENERIC_GLOSSARY = {
     "verdict": (
         "reproduced / not reproduced / inconclusive, computed by the declared criteria from the per-seed "
@@ -87,7 +94,11 @@ def _num(value: Any, digits: int = 3) -> str:
         return "-"
     if not math.isfinite(value):
         return str(value)
-    return _fmt_number(value) if value != 0 and (abs(value) >= 1e4 or abs(value) < 1e-3) else f"{value:.{digits}f}"
+    return (
+        _fmt_number(value)
+        if value != 0 and (abs(value) >= 1e4 or abs(value) < 1e-3)
+        else f"{value:.{digits}f}"
+    )
 
 
 def _find(result: dict[str, Any], key: str | None) -> dict[str, Any] | None:
@@ -127,7 +138,9 @@ def describe_numbers(result: dict[str, Any], entry: dict[str, Any] | None) -> st
     elif "lower_bound" in nums:
         target = nums.get("margin", nums.get("threshold"))
         what = {"Better": "d", "RatioAtLeast": "ratio"}.get(data.get("type"), "value")
-        text += f"; {what} L={_num(nums.get('lower_bound'))} U={_num(nums.get('upper_bound'))} vs {_num(target)}"
+        text += (
+            f"; {what} L={_num(nums.get('lower_bound'))} U={_num(nums.get('upper_bound'))} vs {_num(target)}"
+        )
     return text
 
 
@@ -344,7 +357,9 @@ def _fmt_budget(value: Any) -> str:
         return ""
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(_fmt_budget(v) for v in value) + "]"
-    return _fmt_number(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
+    return (
+        _fmt_number(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
+    )
 
 
 def _split_criteria(result: dict[str, Any]) -> tuple[list[dict], list[dict]]:
@@ -358,7 +373,10 @@ def _section_md(r: dict[str, Any], plots: list[Path], base: Path) -> str:
     arms = [r["method"], *r["baselines"], *r.get("references", [])]
     rows = [[name] + [fmt(values.get(a)) for a in arms] for name, values in r["metrics"].items()]
     env = r.get("env", {})
-    prov = r.get("provenance") or {"commit": env.get("git", {}).get("commit"), "dirty": env.get("git", {}).get("dirty")}
+    prov = r.get("provenance") or {
+        "commit": env.get("git", {}).get("commit"),
+        "dirty": env.get("git", {}).get("dirty"),
+    }
     evidence, design = _split_criteria(r)
     lines = [
         f'<a id="{r["slug"]}"></a>',
@@ -373,7 +391,11 @@ def _section_md(r: dict[str, Any], plots: list[Path], base: Path) -> str:
         f"**Wall time.** {wall_text(r)} (budget {r['budget_s']:.0f} s"
         + ("; OVER BUDGET)" if r.get("over_budget") else ")")
         + f"; commit {prov.get('commit')}, dirty {prov.get('dirty')}"
-        + (f", claim {prov.get('claim_hash')}, config {prov.get('config_hash')}" if prov.get("claim_hash") else ""),
+        + (
+            f", claim {prov.get('claim_hash')}, config {prov.get('config_hash')}"
+            if prov.get("claim_hash")
+            else ""
+        ),
         "",
     ]
     warn = warnings_of(r)
@@ -387,7 +409,12 @@ def _section_md(r: dict[str, Any], plots: list[Path], base: Path) -> str:
         lines += ["**Design checks** (hold by construction; checked for bugs).", ""]
         lines += [_md_table(JUDGED_HEADER, judged_rows(r, design)), ""]
     if r.get("headlines"):
-        lines += ["**The paper's headlines.**", "", _md_table(["headline", "tested by", "status"], headline_rows(r)), ""]
+        lines += [
+            "**The paper's headlines.**",
+            "",
+            _md_table(["headline", "tested by", "status"], headline_rows(r)),
+            "",
+        ]
     if r.get("items"):
         lines += ["**Items per seed.** " + ", ".join(f"{k}: {v}" for k, v in r["items"].items()), ""]
     budget = budget_table(r)
@@ -406,6 +433,71 @@ def _section_md(r: dict[str, Any], plots: list[Path], base: Path) -> str:
     for p in plots:
         lines += [f"![{p.stem}]({os.path.relpath(p, base)})", ""]
     return "\n".join(lines)
+
+
+def load_ruler(folder: Path) -> list[dict[str, Any]]:
+    """RULER tables written by ``neurips26 ruler --out <folder>/<name>.json`` (kind ``ruler``), sorted by name."""
+    folder = Path(folder)
+    out = []
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        data = json.loads(path.read_text())
+        if data.get("kind") == "ruler" and data.get("table"):
+            out.append({**data, "name": path.stem})
+    return out
+
+
+def ruler_grid(data: dict[str, Any]) -> tuple[list[str], list[int], list[list[float | None]]]:
+    """Tasks (rows), lengths (columns) and accuracy per cell (None where the table has no cell)."""
+    tasks = list(dict.fromkeys(row["task"] for row in data["table"]))
+    lengths = sorted({int(row["length"]) for row in data["table"]})
+    acc = {(row["task"], int(row["length"])): float(row["accuracy"]) for row in data["table"]}
+    return tasks, lengths, [[acc.get((t, n)) for n in lengths] for t in tasks]
+
+
+def ruler_heatmap(data: dict[str, Any], folder: Path) -> Path:
+    """Accuracy heatmap (task x context length) of one RULER table, as kvpress shows its leaderboard."""
+    tasks, lengths, grid = ruler_grid(data)
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(1.6 + 1.1 * len(lengths), 0.9 + 0.38 * len(tasks)))
+    values = [[math.nan if v is None else v for v in row] for row in grid]
+    im = ax.imshow(values, vmin=0.0, vmax=1.0, cmap="viridis", aspect="auto")
+    for i, row in enumerate(values):
+        for j, v in enumerate(row):
+            if not math.isnan(v):
+                ax.text(
+                    j,
+                    i,
+                    f"{v:.2f}",
+                    ha="center",
+                    va="center",
+                    color="white" if v < 0.6 else "black",
+                    fontsize=8,
+                )
+    ax.set_xticks(range(len(lengths)), [str(n) for n in lengths])
+    ax.set_yticks(range(len(tasks)), tasks)
+    ax.set_xlabel("context length (tokens)")
+    ax.set_title(f"RULER accuracy: {data.get('model')} ({data.get('cache')}, n={data.get('n')})", fontsize=9)
+    fig.colorbar(im, ax=ax, fraction=0.04)
+    return save_figure(fig, folder, f"ruler_{data['name']}", dpi=110)
+
+
+def _ruler_md(data: dict[str, Any], plot: Path, base: Path) -> str:
+    tasks, lengths, grid = ruler_grid(data)
+    rows = [[t] + ["-" if v is None else f"{v:.2f}" for v in row] for t, row in zip(tasks, grid)]
+    git = (data.get("env") or {}).get("git") or {}
+    return "\n".join(
+        [
+            f"### RULER: {data.get('model')} with the {data.get('cache')} cache",
+            "",
+            f"Accuracy (RULER string match) per task and context length, {data.get('n')} items per cell, "
+            f"seed {data.get('seed')}; commit {str(git.get('commit', '?'))[:10]}. Rerun: `{data.get('command', '')}`.",
+            "",
+            _md_table(["task", *[str(n) for n in lengths]], rows),
+            "",
+            f"![{data['name']}]({os.path.relpath(plot, base)})",
+            "",
+        ]
+    )
 
 
 def build_report(results_dir: Path, out_dir: Path | None = None) -> tuple[Path, Path]:
@@ -434,11 +526,17 @@ def build_report(results_dir: Path, out_dir: Path | None = None) -> tuple[Path, 
     rows = summary_rows(results)
     md = "\n".join(intro + [_md_table(SUMMARY_HEADER, rows), ""])
     md += "\n" + "\n".join(_section_md(r, plots[r["slug"]], out_dir) for r in results)
+    ruler = [
+        (data, ruler_heatmap(data, out_dir / "plots")) for data in load_ruler(results_dir.parent / "ruler")
+    ]
+    if ruler:
+        md += "\n## " + RULER_HEADING + "\n\n" + RULER_INTRO + "\n\n"
+        md += "\n".join(_ruler_md(data, plot, out_dir) for data, plot in ruler)
     md += "\n## Glossary\n\n" + "\n".join(f"- **{k}**: {v}" for k, v in glossary(results).items()) + "\n"
     md_path = out_dir / "report.md"
     atomic_write_text(md_path, md)
     html_path = out_dir / "report.html"
-    atomic_write_text(html_path, _html(results, rows, plots))
+    atomic_write_text(html_path, _html(results, rows, plots, ruler))
     return md_path, html_path
 
 
@@ -459,7 +557,8 @@ def _html_rows(header: list[str], rows: list[list[str]], link_first: bool = Fals
     body = "".join(
         "<tr>"
         + "".join(
-            f"<td>{_link_cell(c) if (link_first and i == 0) else html.escape(str(c))}</td>" for i, c in enumerate(row)
+            f"<td>{_link_cell(c) if (link_first and i == 0) else html.escape(str(c))}</td>"
+            for i, c in enumerate(row)
         )
         + "</tr>"
         for row in rows
@@ -467,7 +566,12 @@ def _html_rows(header: list[str], rows: list[list[str]], link_first: bool = Fals
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def _html(results: list[dict[str, Any]], rows: list[list[str]], plots: dict[str, list[Path]]) -> str:
+def _html(
+    results: list[dict[str, Any]],
+    rows: list[list[str]],
+    plots: dict[str, list[Path]],
+    ruler: list[tuple[dict[str, Any], Path]] = (),
+) -> str:
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'><title>neurips26 report</title><style>",
         "body{font-family:sans-serif;max-width:1200px;margin:auto;padding:1em}"
@@ -495,12 +599,17 @@ def _html(results: list[dict[str, Any]], rows: list[list[str]], plots: dict[str,
         if design:
             parts.append("<p><b>Design checks</b></p>" + _html_rows(JUDGED_HEADER, judged_rows(r, design)))
         if r.get("headlines"):
-            parts.append("<p><b>The paper's headlines</b></p>" + _html_rows(["headline", "tested by", "status"], headline_rows(r)))
+            parts.append(
+                "<p><b>The paper's headlines</b></p>"
+                + _html_rows(["headline", "tested by", "status"], headline_rows(r))
+            )
         budget = budget_table(r)
         if budget:
             parts.append("<p><b>Budget per arm</b></p>" + _html_rows(*budget))
         parts.append(
-            _html_rows(["metric", *arms], [[n] + [fmt(v.get(a)) for a in arms] for n, v in r["metrics"].items()])
+            _html_rows(
+                ["metric", *arms], [[n] + [fmt(v.get(a)) for a in arms] for n, v in r["metrics"].items()]
+            )
         )
         for label, key in (("Implemented", "implemented"), ("Differences", "differences"), ("Data", "data")):
             if r.get(key):
@@ -509,6 +618,19 @@ def _html(results: list[dict[str, Any]], rows: list[list[str]], plots: dict[str,
             parts.append(f"<p><b>Benchmark <code>{html.escape(name)}</code></b></p>")
             parts.append(_html_rows(header, table))
         parts += [_img(p) for p in plots[r["slug"]]]
+    if ruler:
+        parts.append(f"<h2 id='ruler'>{html.escape(RULER_HEADING)}</h2><p>{html.escape(RULER_INTRO)}</p>")
+    for data, plot in ruler:
+        tasks, lengths, grid = ruler_grid(data)
+        parts.append(
+            f"<h3>{html.escape(str(data.get('model')))} with the {html.escape(str(data.get('cache')))} cache</h3>"
+        )
+        parts.append(
+            f"<p>{data.get('n')} items per cell, seed {data.get('seed')}. Rerun: "
+            f"<code>{html.escape(str(data.get('command', '')))}</code></p>"
+        )
+        table = [[t] + ["-" if v is None else f"{v:.2f}" for v in row] for t, row in zip(tasks, grid)]
+        parts += [_html_rows(["task", *[str(n) for n in lengths]], table), _img(plot)]
     parts.append("<h2 id='glossary'>Glossary</h2><dl>")
     parts += [
         f"<dt><b>{html.escape(k)}</b></dt><dd>{html.escape(v)}</dd>" for k, v in glossary(results).items()
