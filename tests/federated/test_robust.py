@@ -82,9 +82,17 @@ def test_unknown_rule_and_empty_set():
 
 
 def test_registry_of_rules():
-    assert set(AGGREGATORS) == {"fedavg", "median", "trimmed_mean", "krum", "multi_krum"}
+    assert set(AGGREGATORS) == {
+        "fedavg",
+        "median",
+        "trimmed_mean",
+        "krum",
+        "multikrum",
+        "multi_krum",
+        "bulyan",
+    }
     for name in AGGREGATORS:
-        out = aggregate(name, U, num_malicious=1)
+        out = aggregate(name, U, num_malicious=0 if name == "bulyan" else 1)
         assert out.shape == (2,) and torch.isfinite(out).all()
 
 
@@ -99,8 +107,9 @@ def test_permutation_invariance(n, d, seed, rule):
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(n, d, generator=g, dtype=torch.float64)
     perm = torch.randperm(n, generator=g)
-    a = aggregate(rule, x, num_malicious=1)
-    b = aggregate(rule, x[perm], num_malicious=1)
+    f = 0 if rule == "bulyan" and n < 7 else 1
+    a = aggregate(rule, x, num_malicious=f)
+    b = aggregate(rule, x[perm], num_malicious=f)
     assert torch.allclose(a, b, atol=1e-10)
 
 
@@ -114,7 +123,7 @@ def test_identical_updates_are_fixed_points(n, seed):
 
 
 # --- non-finite updates (issue 23, defect 1) -------------------------------------------------------
-NONFINITE_RULES = ("fedavg", "median", "trimmed_mean", "krum", "multi_krum")
+NONFINITE_RULES = ("fedavg", "median", "trimmed_mean", "krum", "multi_krum", "bulyan")
 
 
 def _nine_with_one_bad(value: float, row: int = 4, seed: int = 0) -> torch.Tensor:
@@ -189,5 +198,5 @@ def test_meta_empty_and_low_precision_updates():
         coordinate_median(torch.zeros(3, 0))
     half = U.to(torch.float16)
     for rule in AGGREGATORS:
-        out = aggregate(rule, half, num_malicious=1)
+        out = aggregate(rule, half, num_malicious=0 if rule == "bulyan" else 1)
         assert out.dtype == torch.float16 and torch.isfinite(out).all()

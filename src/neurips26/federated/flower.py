@@ -59,7 +59,7 @@ from neurips26.federated.fedrevive import (
     ClientUpdate,
     History,
 )
-from neurips26.federated.robust import AGGREGATORS, aggregate, krum_select
+from neurips26.federated.robust import AGGREGATORS, NONFINITE_POLICIES, aggregate, bulyan_select, krum_select
 
 __all__ = [
     "AsyncFedAvg",
@@ -411,20 +411,26 @@ class RobustFedAvg(FedAvg):
 
     Parameters
     ----------
+    The robust rules equal Flower's own strategies (``tests/federated/test_robust_flower.py``);
+    :func:`~neurips26.federated.flower_defences.make_defence` runs those strategies directly.
+
     rule : str
-        ``"fedavg"``, ``"median"``, ``"trimmed_mean"``, ``"krum"``, ``"multi_krum"``.
+        A name of :data:`~neurips26.federated.robust.AGGREGATORS` (``"fedavg"``, ``"median"``,
+        ``"trimmed_mean"``, ``"krum"``, ``"multikrum"``/``"multi_krum"``, ``"bulyan"``).
     num_malicious : int
-        Byzantine count assumed by Krum-type rules.
+        Byzantine count assumed by Krum-type rules and Bulyan.
     beta : float
         Trim fraction of ``trimmed_mean``.
     server_lr : float
         Server learning rate.
+    nonfinite : {"raise", "drop"}
+        Policy for client updates holding NaN/inf; dropped client ids are recorded in ``dropped``.
     **kwargs
         Passed to ``flwr.serverapp.strategy.FedAvg``.
     """
 
     def __init__(self, rule: str = "fedavg", num_malicious: int = 0, beta: float = 0.2, server_lr: float = 1.0,
-                 **kwargs: Any) -> None:  # fmt: skip
+                 nonfinite: str = "raise", **kwargs: Any) -> None:  # fmt: skip
         if rule not in AGGREGATORS:
             raise ValueError(f"unknown aggregation rule {rule!r}; choose one of {sorted(AGGREGATORS)}")
         kwargs.setdefault("fraction_evaluate", 0.0)
@@ -434,9 +440,11 @@ class RobustFedAvg(FedAvg):
         self.num_malicious = check_int("num_malicious", num_malicious, low=0)
         self.beta = check_float("beta", beta, 0.0, 0.5, high_open=True)
         self.server_lr = check_float("server_lr", server_lr, 0.0, low_open=True)
+        self.nonfinite = check_choice("nonfinite", nonfinite, NONFINITE_POLICIES)
         self._global: StateDict | None = None
         self.selected: list[list[int]] = []
         self.malicious_selected: list[float] = []
+        self.dropped: list[list[int]] = []
 
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid):
         self._global = from_arrayrecord(arrays)
@@ -452,11 +460,18 @@ class RobustFedAvg(FedAvg):
         gflat = flatten_state(self._global)
         updates = torch.stack([flatten_state(from_arrayrecord(c["arrays"])) - gflat for c in contents])
         weights = torch.tensor([float(c["metrics"][self.weighted_by_key]) for c in contents])
-        agg = aggregate(self.rule, updates, weights, self.num_malicious, self.beta)
+        agg = aggregate(self.rule, updates, weights, self.num_malicious, self.beta, self.nonfinite)
         mal = [float(c["metrics"].get("malicious", 0.0)) for c in contents]
-        if self.rule in ("krum", "multi_krum"):
-            multi = 1 if self.rule == "krum" else updates.shape[0] - self.num_malicious
-            idx = krum_select(updates, self.num_malicious, multi).tolist()
+        ids = [int(c["metrics"].get("client-id", i)) for i, c in enumerate(contents)]
+        bad = (~torch.isfinite(updates).all(dim=1)).nonzero().flatten().tolist()
+        self.dropped.append([ids[i] for i in bad])
+        if self.rule in ("krum", "multikrum", "multi_krum", "bulyan"):
+            k = updates.shape[0] - len(bad)
+            if self.rule == "bulyan":
+                idx = bulyan_select(updates, self.num_malicious, "krum", self.nonfinite).tolist()
+            else:
+                multi = 1 if self.rule == "krum" else k - self.num_malicious
+                idx = krum_select(updates, self.num_malicious, multi, self.nonfinite).tolist()
             self.selected.append(idx)
             self.malicious_selected.append(sum(mal[i] for i in idx) / len(idx))
         new = unflatten_state(gflat + self.server_lr * agg, self._global)

@@ -1,16 +1,44 @@
-"""Aggregation rules (AGRs) of federated learning on flattened client updates.
+r"""Aggregation rules (AGRs) of federated learning on flattened client updates.
 
 Every rule maps a stack of ``n`` client updates (each flattened to ``d`` numbers) to one update.
 
 .. math::
 
-    \\text{fedavg}(U, p) = \\sum_i p_i U_i / \\sum_i p_i, \\qquad
-    \\text{median}(U)_k = \\operatorname{median}_i U_{ik}, \\qquad
-    \\text{trimmed}_\\beta(U)_k = \\frac{1}{n - 2b} \\sum_{j=b+1}^{n-b} U_{(j)k},\\; b = \\lfloor \\beta n \\rfloor
+    \text{fedavg}(U, p) = \sum_i p_i U_i / \sum_i p_i, \qquad
+    \text{median}(U)_k = \operatorname{median}_i U_{ik}, \qquad
+    \text{trimmed}_\beta(U)_k = \frac{1}{n - 2b} \sum_{j=b+1}^{n-b} U_{(j)k},\; b = \lfloor \beta n \rfloor
 
-Krum (Blanchard et al., 2017) scores client ``i`` by the sum of squared distances to its
-``n - f - 2`` nearest other updates and returns the lowest-scoring update; Multi-Krum averages the
-``multi`` lowest-scoring ones (``multi = n - f`` by default). Krum assumes ``n > 2f + 2``.
+Krum (Blanchard et al., 2017, "Machine Learning with Adversaries: Byzantine Tolerant Gradient
+Descent") scores client ``i`` by the sum of squared distances to its ``n - f - 2`` nearest other
+updates and returns the lowest-scoring update; Multi-Krum averages the ``multi`` lowest-scoring ones
+(``multi = n - f`` by default). Krum assumes ``n > 2f + 2``.
+
+.. math::
+
+    \text{score}(i) = \sum_{j \in N_i} \lVert U_i - U_j \rVert^2, \quad
+    |N_i| = n - f - 2 \text{ nearest } j \ne i
+
+Bulyan (El Mhamdi, Guerraoui and Rouault, 2018, "The Hidden Vulnerability of Distributed Learning
+in Byzantium") needs ``n >= 4f + 3``: it selects ``theta = n - 2f`` updates by applying Krum
+recursively, then averages, per coordinate, the ``beta = theta - 2f`` selected values closest to
+their median.
+
+Relation to Flower (flwr 1.42, ``flwr.serverapp.strategy``); ``tests/federated/test_robust_flower.py``
+checks these functions equal to Flower's strategies on the same updates (values and selected
+clients), for every rule and several Byzantine counts:
+
+* ``FedAvg``, ``FedMedian`` (``numpy.median``), ``FedTrimmedAvg`` (``scipy.stats.trim_mean``):
+  :func:`fedavg` (weights = ``num-examples``), :func:`coordinate_median`, :func:`trimmed_mean`.
+* ``Krum``/``MultiKrum``: same scores and selection, but Flower (i) averages the selected models
+  weighted by ``num-examples`` (here: ``weights=``; the paper's Multi-Krum is a plain mean),
+  (ii) uses ``max(1, n - f - 2)`` neighbours and accepts any ``n`` (the paper, and this module,
+  require ``n > 2f + 2``), (iii) computes distances as ``|a|^2 + |b|^2 - 2ab`` in the records'
+  dtype (cancellation in float32 when parameters are large against their differences; here:
+  direct float64 differences) and (iv) breaks score ties by an unstable ``argsort`` (here: index).
+* ``Bulyan``: Flower's first stage is one-shot Multi-Krum over all ``n`` (``theta`` lowest scores),
+  not the paper's recursive Krum, so the selected set can differ (:func:`bulyan` with
+  ``selection="multikrum"`` reproduces Flower's, the default ``"krum"`` the paper's); below
+  ``4f + 3`` replies Flower skips the round with a warning, here it is a ``ValueError``.
 
 The coordinate-wise median of an even number of values is the mean of the two middle ones (NumPy's
 convention, not ``torch.median``'s lower median), so every rule here is permutation invariant.
@@ -46,7 +74,10 @@ from neurips26.common.checks import check_choice, check_float, check_int
 
 __all__ = [
     "AGGREGATORS",
+    "BULYAN_SELECTIONS",
     "aggregate",
+    "bulyan",
+    "bulyan_select",
     "NONFINITE_POLICIES",
     "FilteredUpdates",
     "coordinate_median",
@@ -287,7 +318,13 @@ def krum_select(
     return torch.argsort(scores, stable=True)[:multi]
 
 
-def krum(updates: torch.Tensor, num_malicious: int, multi: int = 1, nonfinite: str = "raise") -> torch.Tensor:
+def krum(
+    updates: torch.Tensor,
+    num_malicious: int,
+    multi: int = 1,
+    nonfinite: str = "raise",
+    weights: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Krum (``multi = 1``) or the mean of the ``multi`` best-scored updates.
 
     Parameters
@@ -299,24 +336,135 @@ def krum(updates: torch.Tensor, num_malicious: int, multi: int = 1, nonfinite: s
         How many lowest-score updates to average.
     nonfinite : {"raise", "drop"}
         Policy for updates holding NaN/inf.
+    weights : torch.Tensor, shape (n,), optional
+        Average the selected updates weighted by these (Flower's ``MultiKrum`` weighs by
+        ``num-examples``); ``None`` gives the paper's plain mean.
 
     Returns
     -------
     torch.Tensor, shape (d,)
     """
     idx = krum_select(updates, num_malicious, multi, nonfinite)
-    return _work(updates[idx.to(updates.device)]).mean(dim=0).to(updates.dtype)
+    if weights is None:
+        return _work(updates[idx.to(updates.device)]).mean(dim=0).to(updates.dtype)
+    weights = torch.as_tensor(weights, dtype=updates.dtype, device=updates.device)
+    if weights.shape != (updates.shape[0],):
+        raise ValueError(f"weights must have shape ({updates.shape[0]},), got {tuple(weights.shape)}")
+    return fedavg(updates[idx], weights[idx])
 
 
 def multi_krum(
-    updates: torch.Tensor, num_malicious: int, multi: int | None = None, nonfinite: str = "raise"
+    updates: torch.Tensor,
+    num_malicious: int,
+    multi: int | None = None,
+    nonfinite: str = "raise",
+    weights: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Multi-Krum: mean of the ``multi`` (default ``k - f``, ``k`` finite clients) lowest Krum scores, ``(d,)``."""
+    """Multi-Krum: mean of the ``multi`` (default ``k - f``, ``k`` finite clients) lowest Krum scores, ``(d,)``.
+
+    ``weights`` as in :func:`krum`.
+    """
     _check_updates(updates)
     check_int("num_malicious", num_malicious, low=0)
     if multi is None:
         multi = filter_nonfinite(updates, None, nonfinite).updates.shape[0] - num_malicious
-    return krum(updates, num_malicious, multi, nonfinite)
+    return krum(updates, num_malicious, multi, nonfinite, weights)
+
+
+BULYAN_SELECTIONS = ("krum", "multikrum")
+
+
+def _one_shot_scores(x: torch.Tensor, num_malicious: int) -> torch.Tensor:
+    """Krum scores with ``max(1, k - f - 2)`` neighbours (defined for every ``k >= 2``)."""
+    k = x.shape[0]
+    if k == 1:
+        return torch.zeros(1, dtype=torch.float64)
+    x = x.double()
+    dist = torch.cdist(x, x, compute_mode="donot_use_mm_for_euclid_dist").pow(2)
+    dist.fill_diagonal_(float("inf"))
+    closest = torch.sort(dist, dim=1).values[:, : max(1, k - num_malicious - 2)]
+    scores = closest.sum(dim=1)
+    return torch.where(torch.isnan(scores), torch.full_like(scores, float("inf")), scores)
+
+
+def bulyan_select(
+    updates: torch.Tensor, num_malicious: int, selection: str = "krum", nonfinite: str = "raise"
+) -> torch.Tensor:
+    """Bulyan's first stage: indices of the ``theta = n - 2f`` selected updates, in selection order.
+
+    Parameters
+    ----------
+    updates : torch.Tensor, shape (n, d)
+    num_malicious : int
+        Assumed Byzantine count ``f``; Bulyan needs ``n >= 4f + 3`` (after dropping).
+    selection : {"krum", "multikrum"}
+        ``"krum"`` (El Mhamdi et al., 2018): apply Krum to the remaining updates ``theta`` times,
+        moving the winner to the selection set each time (Krum on ``k`` remaining updates sums the
+        ``max(1, k - f - 2)`` nearest squared distances; the last one left is taken as is). Exact
+        score ties, which mutual nearest neighbours always produce once one neighbour is summed,
+        go to the lexicographically smallest update, so the rule stays permutation invariant.
+        ``"multikrum"`` (Flower's ``Bulyan``): score all ``n`` updates once and keep the ``theta``
+        lowest scores.
+    nonfinite : {"raise", "drop"}
+
+    Returns
+    -------
+    torch.Tensor, shape (n - 2f,), int64 (original client indices)
+    """
+    _check_updates(updates)
+    check_int("num_malicious", num_malicious, low=0)
+    check_choice("selection", selection, BULYAN_SELECTIONS)
+    kept = filter_nonfinite(updates, None, nonfinite)
+    n, f = kept.updates.shape[0], num_malicious
+    if n < 4 * f + 3:
+        raise ValueError(
+            f"Bulyan needs n >= 4 * num_malicious + 3 client updates, got n={n}, num_malicious={f}"
+        )
+    theta = n - 2 * f
+    x = kept.updates
+    if selection == "multikrum":
+        order = torch.argsort(_one_shot_scores(x, f), stable=True)[:theta]
+    else:
+        remaining = list(range(n))
+        chosen: list[int] = []
+        for _ in range(theta):
+            scores = _one_shot_scores(x[remaining], f)
+            tied = [remaining[i] for i in torch.nonzero(scores == scores.min()).flatten().tolist()]
+            winner = min(tied, key=lambda i: x[i].tolist())  # exact ties: smallest update, lexicographically
+            chosen.append(winner)
+            remaining.remove(winner)
+        order = torch.tensor(chosen, dtype=torch.long)
+    return kept.kept[order]
+
+
+def bulyan(
+    updates: torch.Tensor, num_malicious: int, selection: str = "krum", nonfinite: str = "raise"
+) -> torch.Tensor:
+    """Bulyan (El Mhamdi, Guerraoui and Rouault, 2018): Krum-based selection, then a trimmed mean around the median.
+
+    With ``S`` the ``theta = n - 2f`` updates of :func:`bulyan_select` and ``beta = theta - 2f``,
+    coordinate ``k`` of the result is the mean of the ``beta`` values ``S_{.k}`` closest to
+    ``median(S_{.k})`` (ties broken by selection order).
+
+    Parameters
+    ----------
+    updates : torch.Tensor, shape (n, d)
+    num_malicious : int
+        ``f``; requires ``n >= 4f + 3``.
+    selection : {"krum", "multikrum"}
+        The paper's recursive Krum, or Flower's one-shot Multi-Krum (see :func:`bulyan_select`).
+    nonfinite : {"raise", "drop"}
+
+    Returns
+    -------
+    torch.Tensor, shape (d,)
+    """
+    idx = bulyan_select(updates, num_malicious, selection, nonfinite)
+    sel = _work(updates[idx.to(updates.device)]).double()
+    beta = sel.shape[0] - 2 * num_malicious
+    med = torch.quantile(sel, 0.5, dim=0) if sel.shape[0] > 1 else sel[0]
+    closest = torch.argsort((sel - med).abs(), dim=0, stable=True)[:beta]
+    return torch.gather(sel, 0, closest).mean(dim=0).to(updates.dtype)
 
 
 def _fedavg_rule(updates, weights=None, num_malicious=0, beta=0.2, nonfinite="raise"):
@@ -339,14 +487,24 @@ def _multikrum_rule(updates, weights=None, num_malicious=0, beta=0.2, nonfinite=
     return multi_krum(updates, num_malicious, None, nonfinite)
 
 
+def _bulyan_rule(updates, weights=None, num_malicious=0, beta=0.2, nonfinite="raise"):
+    return bulyan(updates, num_malicious, "krum", nonfinite)
+
+
 AGGREGATORS: dict[str, Callable[..., torch.Tensor]] = {
     "fedavg": _fedavg_rule,
     "median": _median_rule,
     "trimmed_mean": _trimmed_rule,
     "krum": _krum_rule,
+    "multikrum": _multikrum_rule,
     "multi_krum": _multikrum_rule,
+    "bulyan": _bulyan_rule,
 }
-"""Rule name -> ``fn(updates, weights=None, num_malicious=0, beta=0.2, nonfinite="raise") -> (d,)``."""
+"""Rule name -> ``fn(updates, weights=None, num_malicious=0, beta=0.2, nonfinite="raise") -> (d,)``.
+
+``"multi_krum"`` is an alias of ``"multikrum"`` (Flower's spelling); ``"bulyan"`` is the paper's
+recursive-Krum Bulyan.
+"""
 
 
 def aggregate(
@@ -362,7 +520,8 @@ def aggregate(
     Parameters
     ----------
     rule : str
-        ``"fedavg"``, ``"median"``, ``"trimmed_mean"``, ``"krum"`` or ``"multi_krum"``.
+        ``"fedavg"``, ``"median"``, ``"trimmed_mean"``, ``"krum"``, ``"multikrum"`` (alias
+        ``"multi_krum"``) or ``"bulyan"``.
     updates : torch.Tensor, shape (n, d)
     weights : torch.Tensor, shape (n,), optional
         Used by ``fedavg`` only.
