@@ -38,14 +38,25 @@ Metrics: attack round complexity
 ``R_eps = min{r : |y_{t0+r+j} - y*| <= eps for j = 0..W-1}`` (``inf`` if never) and target deviation
 (mean ``|y_t - y*|`` from ``t0 + R_eps`` on, or over all attacked rounds).
 
+The attack interface and the baselines (LIE, MinMax, MinSum, Fang et al.'s Krum and trimmed-mean
+attacks, FMPA) live in :mod:`neurips26.federated.attacks` and are re-exported here.
+
+AGR agnosticism: :class:`ASAPAttack` and :class:`ASMCController` read only the round, the global
+model, the attackers' own honest updates and the objective on ``D_att``
+(:class:`~neurips26.federated.attacks.AttackContext` carries nothing about the server's rule);
+``tests/federated/test_asap_agnostic.py`` checks this.
+
 Nothing here imports Flower; :mod:`neurips26.federated.flower` wraps these attacks in a malicious
 ``ClientApp``.
+
+Shapes
+------
+``honest_updates``: ``(m, d)``; ``global_params``: ``(d,)``; ``craft`` returns ``(m, d)``.
 """
 
 from __future__ import annotations
 
 import math
-from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,12 +64,33 @@ from typing import Any
 import torch
 
 from neurips26.common.checks import check_choice, check_float, check_int
+from neurips26.federated.attacks import (
+    DIRECTIONS,
+    FMPA,
+    LIE,
+    Attack,
+    AttackContext,
+    FangKrum,
+    FangTrimmedMean,
+    MinMax,
+    MinSum,
+    NoAttack,
+    attack_direction,
+    fang_krum_lambda_max,
+    lie_z_max,
+    minmax_bound,
+    minsum_bound,
+)
 
 __all__ = [
+    "ATTACKS",
     "ASAPAttack",
     "ASMCController",
     "Attack",
     "AttackContext",
+    "FMPA",
+    "FangKrum",
+    "FangTrimmedMean",
     "FedSALite",
     "FourierEstimator",
     "LIE",
@@ -66,6 +98,7 @@ __all__ = [
     "MinSum",
     "NoAttack",
     "attack_direction",
+    "fang_krum_lambda_max",
     "lie_z_max",
     "make_attack",
     "minmax_bound",
@@ -73,8 +106,6 @@ __all__ = [
     "round_complexity",
     "target_deviation",
 ]
-
-DIRECTIONS = ("std", "unit", "sign")
 
 
 def _sat(x: float) -> float:
@@ -296,179 +327,6 @@ class ASMCController:
             self._pending = None
 
 
-# --------------------------------------------------------------------------------------------
-# malicious update construction
-# --------------------------------------------------------------------------------------------
-def attack_direction(honest: torch.Tensor, mode: str = "std") -> torch.Tensor:
-    """Perturbation direction ``v`` from the attackers' honest updates ``(m, d)``, shape ``(d,)``."""
-    check_choice("direction", mode, DIRECTIONS)
-    mu = honest.mean(dim=0)
-    if mode == "std":
-        sigma = honest.std(dim=0, unbiased=True) if honest.shape[0] > 1 else mu.abs()
-        return -sigma * torch.sign(mu)
-    if mode == "unit":
-        return -mu / mu.norm().clamp_min(1e-12)
-    return -torch.sign(mu)
-
-
-def _bisect(ok: Callable[[float], bool], hi: float = 10.0, iters: int = 40) -> float:
-    """Largest ``gamma >= 0`` with ``ok(gamma)`` (monotone), by expansion then bisection."""
-    if not ok(0.0):
-        return 0.0
-    while ok(hi) and hi < 1e6:
-        hi *= 2.0
-    lo = 0.0
-    for _ in range(iters):
-        mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if ok(mid) else (lo, mid)
-    return lo
-
-
-def minmax_bound(honest: torch.Tensor, direction: torch.Tensor) -> float:
-    """Largest ``gamma`` with ``max_j |mu + gamma v - g_j| <= max_{i,j} |g_i - g_j|`` (MinMax)."""
-    honest = honest.double()
-    v = direction.double()
-    mu = honest.mean(dim=0)
-    limit = float(torch.cdist(honest, honest).max())
-    return _bisect(lambda g: float((honest - (mu + g * v)).norm(dim=1).max()) <= limit + 1e-12)
-
-
-def minsum_bound(honest: torch.Tensor, direction: torch.Tensor) -> float:
-    """Largest ``gamma`` with ``sum_j |u - g_j|^2 <= max_i sum_j |g_i - g_j|^2`` (MinSum)."""
-    honest = honest.double()
-    v = direction.double()
-    mu = honest.mean(dim=0)
-    limit = float(torch.cdist(honest, honest).pow(2).sum(dim=1).max())
-    return _bisect(lambda g: float((honest - (mu + g * v)).pow(2).sum()) <= limit + 1e-12)
-
-
-def lie_z_max(num_clients: int, num_malicious: int) -> float:
-    """LIE's ``z_max = Phi^{-1}((n - s) / n)`` with ``s = floor(n/2 + 1) - m`` supporters needed."""
-    check_int("num_clients", num_clients, low=2)
-    check_int("num_malicious", num_malicious, low=1, high=num_clients - 1)
-    s = math.floor(num_clients / 2 + 1) - num_malicious
-    p = (num_clients - s) / num_clients
-    p = min(max(p, 1e-6), 1 - 1e-6)
-    return float(torch.distributions.Normal(0.0, 1.0).icdf(torch.tensor(p)))
-
-
-@dataclass
-class AttackContext:
-    """What the colluding attackers know in one round.
-
-    Attributes
-    ----------
-    round : int
-        Server round ``t``.
-    global_params : torch.Tensor, shape (d,)
-        Flattened global model ``w_t`` the attackers received.
-    honest_updates : torch.Tensor, shape (m, d)
-        The malicious clients' own honest updates on ``w_t``.
-    observe : callable, optional
-        ``observe(params (d,)) -> float``: the objective (accuracy on ``D_att``) of a parameter vector.
-    num_clients : int
-        Total clients ``n`` in the round (LIE needs it).
-    """
-
-    round: int
-    global_params: torch.Tensor
-    honest_updates: torch.Tensor
-    observe: Callable[[torch.Tensor], float] | None = None
-    num_clients: int = 0
-
-    def __post_init__(self) -> None:
-        if self.honest_updates.ndim != 2 or self.honest_updates.shape[0] < 1:
-            raise ValueError(
-                f"honest_updates must have shape (m>=1, d), got {tuple(self.honest_updates.shape)}"
-            )
-        if self.global_params.ndim != 1 or self.global_params.shape[0] != self.honest_updates.shape[1]:
-            raise ValueError(
-                f"global_params must have shape ({self.honest_updates.shape[1]},), got {tuple(self.global_params.shape)}"
-            )
-
-
-class Attack(ABC):
-    """A colluding model-poisoning attack: crafts the ``m`` malicious updates of a round."""
-
-    name = "attack"
-
-    @abstractmethod
-    def craft(self, ctx: AttackContext) -> torch.Tensor:
-        """Malicious updates, shape ``(m, d)``."""
-
-    def feedback(self, y_next: float) -> None:  # noqa: B027 - optional hook
-        """Outcome of the last round (used by adaptive attacks)."""
-
-    def state_dict(self) -> dict[str, Any]:
-        return {}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:  # noqa: B027
-        """Restore :meth:`state_dict` output."""
-
-    @staticmethod
-    def _repeat(u: torch.Tensor, m: int) -> torch.Tensor:
-        return u.to(torch.float32).unsqueeze(0).repeat(m, 1)
-
-
-class NoAttack(Attack):
-    """Malicious clients behave honestly (the clean reference)."""
-
-    name = "none"
-
-    def craft(self, ctx: AttackContext) -> torch.Tensor:
-        return ctx.honest_updates.clone()
-
-
-@dataclass
-class LIE(Attack):
-    """ "A little is enough": ``u = mu + z_max v`` (``v`` from :func:`attack_direction`)."""
-
-    direction: str = "std"
-    z: float | None = None
-    name = "LIE"
-
-    def __post_init__(self) -> None:
-        check_choice("direction", self.direction, DIRECTIONS)
-
-    def craft(self, ctx: AttackContext) -> torch.Tensor:
-        m = ctx.honest_updates.shape[0]
-        z = self.z if self.z is not None else lie_z_max(max(ctx.num_clients, m + 1), m)
-        u = ctx.honest_updates.mean(dim=0) + z * attack_direction(ctx.honest_updates, self.direction)
-        return self._repeat(u, m)
-
-
-@dataclass
-class MinMax(Attack):
-    """MinMax (NDSS 2021): the farthest ``mu + gamma v`` within the honest updates' max pairwise distance."""
-
-    direction: str = "std"
-    name = "MinMax"
-
-    def __post_init__(self) -> None:
-        check_choice("direction", self.direction, DIRECTIONS)
-
-    def craft(self, ctx: AttackContext) -> torch.Tensor:
-        v = attack_direction(ctx.honest_updates, self.direction)
-        gamma = minmax_bound(ctx.honest_updates, v)
-        return self._repeat(ctx.honest_updates.mean(dim=0) + gamma * v, ctx.honest_updates.shape[0])
-
-
-@dataclass
-class MinSum(Attack):
-    """MinSum (NDSS 2021): the farthest ``mu + gamma v`` within the honest updates' max sum of squares."""
-
-    direction: str = "std"
-    name = "MinSum"
-
-    def __post_init__(self) -> None:
-        check_choice("direction", self.direction, DIRECTIONS)
-
-    def craft(self, ctx: AttackContext) -> torch.Tensor:
-        v = attack_direction(ctx.honest_updates, self.direction)
-        gamma = minsum_bound(ctx.honest_updates, v)
-        return self._repeat(ctx.honest_updates.mean(dim=0) + gamma * v, ctx.honest_updates.shape[0])
-
-
 class ASAPAttack(Attack):
     """ASAP: adaptive sliding-mode control of the global model's accuracy to ``target``.
 
@@ -561,18 +419,28 @@ class FedSALite(ASAPAttack):
         super().__init__(target, **kwargs)
 
 
+ATTACKS = ("none", "LIE", "MinMax", "MinSum", "Fang-Krum", "Fang-Trim", "FMPA", "FedSA-lite", "ASAP")
+"""Attack names :func:`make_attack` accepts."""
+
+
 def make_attack(name: str, target: float = 0.5, **kwargs: Any) -> Attack:
-    """Build an attack by name: ``none``, ``LIE``, ``MinMax``, ``MinSum``, ``FedSA-lite``, ``ASAP``."""
+    """Build an attack by name (one of :data:`ATTACKS`); ``target`` goes to the target-tracking ones.
+
+    ``FedSA-lite``, ``ASAP`` and ``FMPA`` track ``target``; the others ignore it.
+    """
     table: dict[str, Callable[[], Attack]] = {
         "none": lambda: NoAttack(),
         "LIE": lambda: LIE(**kwargs),
         "MinMax": lambda: MinMax(**kwargs),
         "MinSum": lambda: MinSum(**kwargs),
+        "Fang-Krum": lambda: FangKrum(**kwargs),
+        "Fang-Trim": lambda: FangTrimmedMean(**kwargs),
+        "FMPA": lambda: FMPA(target, **kwargs),
         "FedSA-lite": lambda: FedSALite(target, **kwargs),
         "ASAP": lambda: ASAPAttack(target, **kwargs),
     }
-    if name not in table:
-        raise ValueError(f"unknown attack {name!r}; choose one of {sorted(table)}")
+    if not isinstance(name, str) or name not in table:
+        raise ValueError(f"unknown attack {name!r}; choose one of {list(ATTACKS)}")
     return table[name]()
 
 
