@@ -166,12 +166,11 @@ def test_memory_report_matches_formulas():
         model(ids[:, :3], cache=cache)
     layer = cache.layers[0]
     assert layer.memory_bytes(2) == {**adkv_memory_formula(33, 2, 2, 16, 3), "elements": 2 * 2 * 2 * 16 * 33}
-    rep = cache.memory_report()
-    assert rep["metadata_bytes"] * 8 == metadata_bits("adkv", 33, 16, 2, 2, batch=2)
+    assert cache.memory_bytes(2)["metadata"] * 8 == metadata_bits("adkv", 33, 16, 2, 2, batch=2)
     static = GroupwiseStaticCache(model.config, bits=2, group_size=8, value_group_size=8)
     with torch.no_grad():
         model(ids, cache=static)
-    assert static.memory_report()["metadata_bytes"] * 8 == metadata_bits(
+    assert static.memory_bytes(2)["metadata"] * 8 == metadata_bits(
         "static", 30, 16, 2, 2, group_size=8, value_group_size=8, batch=2
     )
 
@@ -388,7 +387,7 @@ def test_outliers_and_checkpoints_memory_formula_equals_measured(n_out, every, r
     bits = metadata_bits(
         "adkv", 34, 16, 2, 2, residual_length=residual, batch=2, n_outliers=n_out, checkpoint_every=every
     )
-    assert cache.memory_report()["metadata_bytes"] * 8 == bits  # 2 * 2 heads * n * 4 bits: whole bytes
+    assert cache.memory_bytes(2)["metadata"] * 8 == bits  # 2 * 2 heads * n * 4 bits: whole bytes
     t_q = 34 - residual
     ck_bits = 2 * 2 * 2 * 2 * ((t_q - 1) // every) * 3 * 64 * (16 - n_out) if every else 0
     base = metadata_bits("adkv", 34, 16, 2, 2, residual_length=residual, batch=2)

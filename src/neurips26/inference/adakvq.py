@@ -749,7 +749,7 @@ def adakvq_memory_formula(
 class AdaKVQCache(QuantizedKVCacheMixin, Cache):
     """AdaKVQ cache: a ``transformers.Cache`` of :class:`AdaKVQLayer`, one per decoder layer.
 
-    Usable as ``model.generate(input_ids, past_key_values=cache)``; for online modulation, select the
+    Usable as ``model.generate(input_ids, cache=cache)``; for online modulation, select the
     registered AAD attention (:func:`register_aad_attention`) and run inside ``tracker.active()``.
 
     Parameters
@@ -801,6 +801,17 @@ class AdaKVQCache(QuantizedKVCacheMixin, Cache):
         self.controller = BitController(quant, base_bits, profile, tracker)
         layers = [AdaKVQLayer(i, self.controller, quant, keep_dequantized) for i in range(n_layers)]
         super().__init__(layers=layers)
+
+    def held_tensors(self) -> list[tuple[str, torch.Tensor]]:
+        """The layers' tensors plus the controller's (profile and tracker series, category
+        ``controller``), see :meth:`~neurips26.inference.quant.QuantizedKVCacheMixin.memory_report`."""
+        out = super().held_tensors()
+        profile, tracker = self.controller.profile, self.controller.tracker
+        if profile is not None:
+            out += [("controller", t) for t in (profile.mean, profile.std, *profile.series)]
+        if tracker is not None:
+            out += [("controller", t) for series in tracker.series.values() for t in series]
+        return out
 
     @property
     def base_bits(self) -> list[int]:

@@ -74,6 +74,8 @@ from neurips26.inference.quant import (
     KIVICache,
     QuantizedKVCacheMixin,
     QuantizedTensor,
+    _measured,
+    held_bytes_report,
     pack_bits,
     quantize_asym,
     text_config,
@@ -696,7 +698,7 @@ class ADKVLayer(BaseQuantizedLayer):
         width = index_bits(d)
         self.outlier_index_codes = _pack_indices(outliers.to(self.device), width)
         self.outliers = _unpack_indices(self.outlier_index_codes, width, outliers.shape).to(params.device)
-        self._normal = _complement(self.outliers, d)
+        self._normal = _complement(self.outliers, d).clone()  # own storage (a slice of the argsort)
         s, h, m = self._normal.shape
         params = params.gather(-1, self._normal[:, None, :, None, :].expand(s, 1, h, 3, m))
         self.sq = ADKVQuantizer(m, self.config, params)  # [S, 1, H, 3, D - n]
@@ -735,7 +737,8 @@ class ADKVLayer(BaseQuantizedLayer):
 
     def _append_outliers(self, xo: torch.Tensor) -> None:
         xo = xo.to(_META)
-        cat = lambda old, new: new if old is None else torch.cat([old, new], dim=-2)  # noqa: E731
+        # a first chunk is copied: xo[0] and xo[1] are views of one stacked buffer
+        cat = lambda old, new: new.clone() if old is None else torch.cat([old, new], dim=-2)  # noqa: E731
         self.key_outlier_values = cat(self.key_outlier_values, xo[0])
         if xo.shape[0] > 1:
             self.value_outlier_values = cat(self.value_outlier_values, xo[1])
@@ -788,11 +791,11 @@ class ADKVLayer(BaseQuantizedLayer):
             self.value_blocks.append(blk)
             xv = blk.dequantize()
             self._deq_v_tok = xv if self._deq_v_tok is None else torch.cat([self._deq_v_tok, xv], dim=-2)
-        if self.config.storage == "simulated":
-            xk = xk.to(self.dtype)
+        if self.config.storage == "simulated":  # copies: xh[0] and xh[1] are views of one buffer
+            xk = xk.to(self.dtype, copy=True)
             self._sim_k = xk if self._sim_k is None else torch.cat([self._sim_k, xk], dim=-2)
             if joint:
-                xv = xv.to(self.dtype)
+                xv = xv.to(self.dtype, copy=True)
                 self._sim_v = xv if self._sim_v is None else torch.cat([self._sim_v, xv], dim=-2)
         self.encoded_length += q.shape[-2]
 
@@ -854,7 +857,8 @@ class ADKVLayer(BaseQuantizedLayer):
             n_enc = res_k.shape[-2] - self.config.residual_length
             if n_enc > 0:
                 self._encode(res_k[..., :n_enc, :], res_v[..., :n_enc, :])
-                res_k, res_v = res_k[..., n_enc:, :], res_v[..., n_enc:, :]
+                # copy the window out: a view would keep the whole concatenation (the prefill) alive
+                res_k, res_v = res_k[..., n_enc:, :].clone(), res_v[..., n_enc:, :].clone()
         self.keys, self.values = res_k, res_v
         return out_k, out_v
 
@@ -918,14 +922,48 @@ class ADKVLayer(BaseQuantizedLayer):
                 "from an ADKV stream (raise residual_length to allow rollbacks)"
             )
         r = self.keys.shape[-2] - remove
-        self.keys, self.values = self.keys[..., :r, :], self.values[..., :r, :]
+        self.keys, self.values = self.keys[..., :r, :].clone(), self.values[..., :r, :].clone()
         self.cumulative_length -= remove
 
     # -- accounting -----------------------------------------------------------------------------
+    def held_tensors(self) -> list[tuple[str, torch.Tensor]]:
+        """Every tensor this layer holds, with its :data:`~neurips26.inference.quant.MEMORY_CATEGORIES`
+        category: codes and fp16 outlier channels (``codes``); initial states, quantiser parameters,
+        packed outlier indices, checkpoints and per-token value metadata (``group_params``); the
+        residual (``window``); the float64 accumulators, the calibrated parameters as given and the
+        unpacked channel indices (``encoder_state``); simulated / per-token reconstructions
+        (``dequantized``)."""
+        out: list[tuple[str, torch.Tensor | None]] = []
+        if self.is_initialized:
+            out += [("window", self.keys), ("window", self.values)]
+        for name in ("key_codes", "value_codes", "key_outlier_values", "value_outlier_values"):
+            out.append(("codes", getattr(self, name)))
+        for b in self.value_blocks:
+            out += [("codes", b.codes), ("group_params", b.scale), ("group_params", b.zero)]
+        st = self.stream_state
+        if st is not None:
+            out += [("group_params", st.z1), ("group_params", st.a1), ("group_params", st.checkpoints)]
+            out += [("encoder_state", st.log_acc), ("encoder_state", st.cmax), ("encoder_state", st.dsum)]
+        sq = getattr(self, "sq", None)
+        if sq is not None:
+            out.append(("group_params", sq.params))
+        out.append(("group_params", self.outlier_index_codes))
+        for name in ("key_params", "value_params", "key_outliers", "value_outliers", "outliers", "_normal"):
+            out.append(("encoder_state", getattr(self, name)))
+        for name in ("_sim_k", "_sim_v", "_deq_v_tok"):
+            out.append(("dequantized", getattr(self, name)))
+        return [(c, t) for c, t in out if t is not None]
+
+    def memory_report(self) -> dict[str, int]:
+        """Held bytes of this layer by category, measured on its tensors."""
+        return held_bytes_report(self.held_tensors())
+
     def memory_bytes(self, fp_itemsize: int | None = None) -> dict[str, int]:
-        """Measured storage: ``payload`` (codes + fp16 outlier channels), ``metadata`` (initial states,
-        parameters, packed outlier indices, decoder checkpoints, per-token value metadata),
-        ``residual``, ``total``, ``elements``."""
+        """Stored bytes: measured (``fp_itemsize=None``, ``total == memory_report()["total"]``) or the
+        storage model (an int: ``payload`` = codes + fp16 outlier channels, ``metadata`` = initial
+        states, parameters, packed outlier indices, decoder checkpoints, per-token value metadata at
+        their stored widths, ``residual`` at ``fp_itemsize`` bytes per element). Also ``total`` and
+        ``elements``."""
         payload = metadata = 0
         if self.key_codes is not None:
             payload += self.key_codes.numel()
@@ -950,6 +988,8 @@ class ADKVLayer(BaseQuantizedLayer):
             residual = (self.keys.numel() + self.values.numel()) * item
             b = self.keys.shape[0]
             elements = 2 * b * self.num_heads * self.head_dim * self.cumulative_length
+        if fp_itemsize is None:
+            return {**_measured(self.memory_report()), "elements": elements}
         return {
             "payload": payload,
             "metadata": metadata,
@@ -962,7 +1002,7 @@ class ADKVLayer(BaseQuantizedLayer):
 class ADKVCache(QuantizedKVCacheMixin, Cache):
     """ADKV cache: a ``transformers.Cache`` of :class:`ADKVLayer`, one per decoder layer.
 
-    Usable as ``model.generate(input_ids, past_key_values=ADKVCache(model.config, ADKVConfig(bits=2)))``
+    Usable as ``model.generate(input_ids, cache=ADKVCache(model.config, ADKVConfig(bits=2)))``
     and in manual incremental forward passes.
 
     Parameters
@@ -1055,19 +1095,9 @@ class ADKVCache(QuantizedKVCacheMixin, Cache):
         state = quant.init_state(x[..., :n0, :])
         q, xh, end = quant.encode_raw(x, state)
         for i, (layer, (k, v)) in enumerate(zip(self.layers, key_value_states)):
-            layer.stream_state = end.select(i)
+            layer.stream_state = end.select(i)._fields(torch.clone)  # own storage, not a slice of all layers
             layer._store(q[i], xh[i], outs[i], v)
             layer.keys, layer.values = k[..., n_enc:, :].clone(), v[..., n_enc:, :].clone()
-
-    def memory_report(self, fp_itemsize: int | None = 2) -> dict[str, float]:
-        """``codes_bytes``, ``metadata_bytes``, ``residual_bytes`` and ``bits_per_element``."""
-        m = self.memory_bytes(fp_itemsize)
-        return {
-            "codes_bytes": m["payload"],
-            "metadata_bytes": m["metadata"],
-            "residual_bytes": m["residual"],
-            "bits_per_element": 8.0 * m["total"] / max(m["elements"], 1),
-        }
 
 
 class GroupwiseStaticCache(KIVICache):
@@ -1088,15 +1118,6 @@ class GroupwiseStaticCache(KIVICache):
         if value_group_size is not None:
             value_group_size = min(value_group_size, head_dim)
         super().__init__(config, bits, group_size, residual_length, value_group_size, keep_dequantized)
-
-    def memory_report(self, fp_itemsize: int | None = 2) -> dict[str, float]:
-        m = self.memory_bytes(fp_itemsize)
-        return {
-            "codes_bytes": m["payload"],
-            "metadata_bytes": m["metadata"],
-            "residual_bytes": m["residual"],
-            "bits_per_element": 8.0 * m["total"] / max(m["elements"], 1),
-        }
 
 
 def _num_checkpoints(t_q: int, checkpoint_every: int | None) -> int:

@@ -21,12 +21,19 @@ the metadata has been stored in fp16, so the half-step error bound holds for the
 Memory (bytes, exact): payload ``rows * ceil(elements_per_row * b / 8)`` (codes are packed per index
 of the leading dimension so that beam reordering never unpacks them) plus metadata
 ``2 * n_groups * itemsize(meta_dtype)``.
+
+Held memory: every cache reports what it actually holds with ``memory_report()``, bytes by category
+(:data:`MEMORY_CATEGORIES`: packed ``codes``, ``group_params``, the full-precision ``window``,
+``encoder_state``, ``dequantized`` copies kept for speed, ``controller`` state), measured on the live
+tensors; each held tensor owns its storage (the window is copied out of the prefill, never a view of
+it), so the report equals the bytes of the distinct storages reachable from the cache
+(:func:`neurips26.inference.benchmark.cache_tensor_bytes`) at every step.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,10 +58,51 @@ __all__ = [
     "KIVICache",
     "kivi_memory_formula",
     "text_config",
+    "MEMORY_CATEGORIES",
+    "held_bytes_report",
 ]
 
 SUPPORTED_BITS = (1, 2, 3, 4, 8)
 FULL_PRECISION_BITS = 16
+
+
+MEMORY_CATEGORIES = ("codes", "group_params", "window", "encoder_state", "dequantized", "controller")
+
+
+def held_bytes_report(tensors: Iterable[tuple[str, torch.Tensor | None]]) -> dict[str, int]:
+    """Bytes by category of ``(category, tensor)`` pairs, each storage counted once; adds ``total``.
+
+    A tensor counts ``numel * element_size`` (its logical bytes); a second tensor on an already
+    counted storage adds nothing. The result equals the storages' real size only when every held
+    tensor owns its whole storage, which is what the caches guarantee (no view of a larger buffer).
+    """
+    out = dict.fromkeys(MEMORY_CATEGORIES, 0)
+    seen: set[tuple[int, str]] = set()
+    for category, t in tensors:
+        if category not in out:
+            raise ValueError(f"category must be one of {MEMORY_CATEGORIES}, got {category!r}")
+        if t is None or t.numel() == 0:
+            continue
+        key = (t.untyped_storage().data_ptr(), str(t.device))
+        if key in seen:
+            continue
+        seen.add(key)
+        out[category] += t.numel() * t.element_size()
+    out["total"] = sum(out[c] for c in MEMORY_CATEGORIES)
+    return out
+
+
+def _measured(report: dict[str, int]) -> dict[str, int]:
+    """:meth:`memory_bytes` keys of a held-bytes report (``fp_itemsize=None``)."""
+    return {
+        "payload": report["codes"],
+        "metadata": report["group_params"],
+        "residual": report["window"],
+        "encoder_state": report["encoder_state"],
+        "dequantized": report["dequantized"],
+        "controller": report["controller"],
+        "total": report["total"],
+    }
 
 
 def check_bits(name: str, bits: Any, allow_full: bool = True) -> int:
@@ -456,8 +504,8 @@ class KIVILayer(BaseQuantizedLayer):
 
     def _quantize(self, tensor: torch.Tensor, axis: int = -1, bits: int | None = None, group_size: int = 32):
         bits = self.nbits if bits is None else bits
-        if bits == FULL_PRECISION_BITS:
-            return FullPrecisionBlock(tensor.contiguous())
+        if bits == FULL_PRECISION_BITS:  # a copy: the block must not keep the (larger) source alive
+            return FullPrecisionBlock(tensor.clone(memory_format=torch.contiguous_format))
         return quantize_asym(tensor, bits, group_size, axis=axis, meta_dtype=self.meta_dtype)
 
     def _dequantize(self, q_tensor) -> torch.Tensor:
@@ -513,8 +561,8 @@ class KIVILayer(BaseQuantizedLayer):
                 stop = start + self.group_size
                 self._flush_block(res_k[..., start:stop, :], res_v[..., start:stop, :])
                 start = stop
-            if start:
-                res_k, res_v = res_k[..., start:, :], res_v[..., start:, :]
+            if start:  # copy the window out: a view would keep the whole concatenation (the prefill) alive
+                res_k, res_v = res_k[..., start:, :].clone(), res_v[..., start:, :].clone()
         self.keys, self.values = res_k, res_v
         return out_k, out_v
 
@@ -577,7 +625,10 @@ class KIVILayer(BaseQuantizedLayer):
         self.cumulative_length -= remove
         r = self.keys.shape[-2]
         if remove <= r:
-            self.keys, self.values = self.keys[..., : r - remove, :], self.values[..., : r - remove, :]
+            self.keys, self.values = (
+                self.keys[..., : r - remove, :].clone(),
+                self.values[..., : r - remove, :].clone(),
+            )
             return
         remove -= r
         self.keys, self.values = self.keys[..., :0, :], self.values[..., :0, :]
@@ -587,25 +638,47 @@ class KIVILayer(BaseQuantizedLayer):
             n = kb.shape[-2]
             if remove < n:
                 keep = n - remove
-                self.keys = kb.dequantize()[..., :keep, :]
-                self.values = vb.dequantize()[..., :keep, :]
+                self.keys = kb.dequantize()[..., :keep, :].clone()
+                self.values = vb.dequantize()[..., :keep, :].clone()
                 remove = 0
             else:
                 remove -= n
         if self.keep_dequantized and self._deq_keys is not None:
             q_len = sum(b.shape[-2] for b in self.key_blocks)
-            self._deq_keys = self._deq_keys[..., :q_len, :] if q_len else None
-            self._deq_values = self._deq_values[..., :q_len, :] if q_len else None
+            self._deq_keys = self._deq_keys[..., :q_len, :].clone() if q_len else None
+            self._deq_values = self._deq_values[..., :q_len, :].clone() if q_len else None
 
     # -- accounting -----------------------------------------------------------------------------
+    def held_tensors(self) -> list[tuple[str, torch.Tensor]]:
+        """Every tensor this layer holds, with its :data:`MEMORY_CATEGORIES` category."""
+        out: list[tuple[str, torch.Tensor]] = []
+        if self.is_initialized:
+            out += [("window", self.keys), ("window", self.values)]
+        for b in (*self.key_blocks, *self.value_blocks):
+            if isinstance(b, FullPrecisionBlock):
+                out.append(("codes", b.data))
+            else:
+                out += [("codes", b.codes), ("group_params", b.scale), ("group_params", b.zero)]
+        for t in (self._deq_keys, self._deq_values):
+            if t is not None:
+                out.append(("dequantized", t))
+        return out
+
+    def memory_report(self) -> dict[str, int]:
+        """Held bytes of this layer by category (:func:`held_bytes_report`), measured on its tensors."""
+        return held_bytes_report(self.held_tensors())
+
     def memory_bytes(self, fp_itemsize: int | None = None) -> dict[str, int]:
-        """Measured storage of this layer.
+        """Stored bytes of this layer: measured (``fp_itemsize=None``) or the storage model.
 
         Parameters
         ----------
         fp_itemsize : int or None
-            Bytes per full-precision element used for the residual (and 16-bit blocks); ``None`` uses
-            the actual dtype (4 for fp32 models on CPU, 2 for fp16).
+            ``None``: what the layer holds, measured on its tensors in their real dtypes (``total``
+            equals ``memory_report()["total"]``; the extra keys ``encoder_state``, ``dequantized``,
+            ``controller`` give the non-stored categories). An int: the deployable storage model with
+            that many bytes per full-precision element for the residual (and 16-bit blocks): codes,
+            scales/zeros and window only (the quantity the claim checks compare).
 
         Returns
         -------
@@ -627,13 +700,15 @@ class KIVILayer(BaseQuantizedLayer):
             residual = (self.keys.numel() + self.values.numel()) * item
         elements = q_elems + sum(b.numel for b in (*self.key_blocks, *self.value_blocks) if b.bits == 16)
         elements += (self.keys.numel() + self.values.numel()) if self.is_initialized else 0
+        counts = {"elements": elements, "quantized_elements": q_elems}
+        if fp_itemsize is None:
+            return {**_measured(self.memory_report()), **counts}
         return {
             "payload": payload,
             "metadata": metadata,
             "residual": residual,
             "total": payload + metadata + residual,
-            "elements": elements,
-            "quantized_elements": q_elems,
+            **counts,
         }
 
 
@@ -694,12 +769,35 @@ class QuantizedKVCacheMixin:
 
     layers: list
 
+    def held_tensors(self) -> list[tuple[str, torch.Tensor]]:
+        """Every tensor the cache holds (all layers, plus cache-level state), with its category."""
+        return [pair for layer in self.layers for pair in layer.held_tensors()]
+
+    def memory_report(self) -> dict[str, int]:
+        """Held bytes by category (:data:`MEMORY_CATEGORIES`) and ``total``, measured on the live tensors.
+
+        ``codes``: packed codes (and full-precision blocks / outlier channels); ``group_params``:
+        per-group scales and zeros and other stored quantiser metadata; ``window``: the
+        full-precision residual; ``encoder_state``: working state of a recurrent encoder (ADKV's
+        float64 accumulators, unpacked indices, parameter copies); ``dequantized``: reconstructions
+        kept for speed; ``controller``: bit-allocation state (AdaKVQ's profile and tracker). The
+        total equals the bytes of the distinct storages reachable from the cache at every step.
+        """
+        return held_bytes_report(self.held_tensors())
+
     def memory_bytes(self, fp_itemsize: int | None = None) -> dict[str, int]:
-        """Sum of :meth:`KIVILayer.memory_bytes` over layers."""
+        """Sum of the layers' :meth:`~KIVILayer.memory_bytes`.
+
+        ``fp_itemsize=None`` measures what the cache holds (``total == memory_report()["total"]``);
+        an int gives the deployable storage model (codes, stored metadata, window) at that many bytes
+        per full-precision element.
+        """
         total: dict[str, int] = {}
         for layer in self.layers:
             for k, v in layer.memory_bytes(fp_itemsize).items():
                 total[k] = total.get(k, 0) + v
+        if fp_itemsize is None:
+            total.update(_measured(self.memory_report()))
         return total
 
     def bits_per_element(self, fp_itemsize: int = 2) -> float:
@@ -721,7 +819,8 @@ class QuantizedKVCacheMixin:
 class KIVICache(QuantizedKVCacheMixin, Cache):
     """KIVI baseline: a ``transformers.Cache`` of :class:`KIVILayer`, one per decoder layer.
 
-    Usable as ``model.generate(input_ids, past_key_values=KIVICache(model.config, nbits=2))``.
+    Usable as ``model.generate(input_ids, cache=KIVICache(model.config, nbits=2))`` (``past_key_values=`` is
+    deprecated in transformers 5.24 and removed for ``generate`` in 6.0).
 
     Parameters
     ----------
