@@ -39,5 +39,19 @@ def test_smoke_structure_and_determinism(tmp_path):
     budget = first["info"][0]["budget"] if isinstance(first["info"], list) else first["info"]["budget"]
     assert set(budget) >= {CLAIM.method, *CLAIM.baselines}
     json.dumps(first)  # the result is plain JSON
+    info = first["info"][0]
+    rules = CLAIM.configs["smoke"]["rules"]
+    table = info["rule_attack_table"]
+    assert set(table) == {f"{r}@{t:g}" for r in rules for t in CLAIM.configs["smoke"]["targets"]}
+    for row in table.values():
+        assert set(row) == {CLAIM.method, *CLAIM.baselines, "no-attack"}
+        assert all(math.isfinite(v["deviation"]) for v in row.values())
+    assert info["flower_strategies"] == {"fedavg": "FedAvg", "krum": "Krum"}
+    assert all(
+        row[CLAIM.method]["malicious_selected"] is not None
+        for k, row in table.items()
+        if k.startswith("krum")
+    )
     paths = CLAIM.plot(first, tmp_path / "plots")
     assert paths and all(p.exists() for p in paths)
+    assert any("heatmap" in p.name for p in paths)

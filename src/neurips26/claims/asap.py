@@ -1,10 +1,13 @@
 """Claim check for ASAP: reach and hold a target accuracy in fewer rounds, with a smaller deviation.
 
 Harness: scikit-learn digits, multinomial logistic regression (650 parameters), ``n`` Flower
-``ClientApp`` clients of which ``m`` collude, a :class:`~neurips26.federated.flower.RobustFedAvg`
-server strategy per aggregation rule, run on the in-process :class:`LocalGrid` (the full profile
-also replays one short configuration on Flower's simulation engine and reports the difference).
-Every arm starts from the same benign warm-up checkpoint and sees the same data, seeds and rounds.
+``ClientApp`` clients of which ``m`` collude. The server runs Flower's own robust strategies, chosen
+by name through :func:`~neurips26.federated.flower_defences.make_defence` (``FedAvg``, ``Krum``,
+``MultiKrum``, ``FedMedian``, ``FedTrimmedAvg``, ``Bulyan`` of ``flwr.serverapp.strategy``), on the
+in-process :class:`LocalGrid` (the full profile also replays one short configuration on Flower's
+simulation engine and reports the difference). Every arm starts from the same benign warm-up
+checkpoint and sees the same data, seeds and rounds. The result's info holds a (rule x attack)
+table; :func:`plot` draws it as heatmaps next to the accuracy traces.
 """
 
 from __future__ import annotations
@@ -22,18 +25,21 @@ from neurips26.claims.plotting import pyplot, save_figure
 from neurips26.common.datasets import dirichlet_partition, iid_partition, load_digits, train_test_split
 from neurips26.common.threads import torch_threads
 from neurips26.federated.asap import make_attack, round_complexity, target_deviation
-from neurips26.federated.flower import (
-    ClientSetup,
-    RobustFedAvg,
-    make_client_app,
-    malicious_clients,
-    run_rounds,
-)
+from neurips26.federated.flower import ClientSetup, make_client_app, malicious_clients, run_rounds
+from neurips26.federated.flower_defences import FLOWER_STRATEGIES, make_defence, max_tolerated
 
 METHOD = "ASAP"
-BASELINES = ("LIE", "MinMax", "MinSum", "FedSA-lite")
+BASELINES = ("LIE", "MinMax", "MinSum", "Fang-Krum", "Fang-Trim", "FMPA", "FedSA-lite")
 NO_ATTACK = "no-attack"
+ANY_UNDER_FEDAVG = "any-baseline@fedavg"
 LIE_OR_MINMAX = "LIE-or-MinMax"
+UNTARGETED = (
+    "LIE",
+    "MinMax",
+    "MinSum",
+    "Fang-Krum",
+    "Fang-Trim",
+)  # ignore y*: one run per rule serves every target
 
 
 def _model() -> nn.Module:
@@ -104,10 +110,16 @@ def _fl(
         attack_fn=(lambda: make_attack(attack, target, **attack_kw)) if attack != "none" else None, holdout=holdout,
     )  # fmt: skip
     n = len(partitions)
-    strategy = RobustFedAvg(rule, num_malicious=len(mal), beta=config["trim_beta"], min_train_nodes=n,
-                            min_available_nodes=n)  # fmt: skip
+    strategy = make_defence(rule, num_malicious=_assumed_f(rule, n, len(mal)), beta=config["trim_beta"],
+                            min_train_nodes=n, min_available_nodes=n)  # fmt: skip
     res = run_rounds(strategy, make_client_app(setup), n, rounds, state, _evaluator(test), engine=engine)
     return [r["accuracy"] for r in res.metrics], res.state, strategy
+
+
+def _assumed_f(rule: str, n: int, m: int) -> int:
+    """The server's assumed Byzantine count: the true ``m``, capped at what the rule tolerates for ``n``."""
+    limit = max_tolerated(rule, n)
+    return m if limit is None else max(0, min(m, limit))
 
 
 def _run(config: dict[str, Any], seed: int) -> SeedResult:
@@ -125,63 +137,91 @@ def _run_inner(config: dict[str, Any], seed: int) -> SeedResult:
     eps, window = config["eps"], config["window"]
     penalty = float(horizon + 1)
     arms = (METHOD, *BASELINES)
-    per: dict[str, dict[str, list[float]]] = {k: {a: [] for a in arms} for k in ("R", "D", "H", "final", "gap")}
+    per: dict[str, dict[str, list[float]]] = {
+        k: {a: [] for a in arms} for k in ("R", "D", "H", "final", "gap")
+    }
+    any_fedavg: list[float] = []
     either_reached: list[float] = []
-    table: dict[str, dict[str, Any]] = {}
+    table: dict[str, dict[str, dict[str, Any]]] = {}
     curves: dict[str, dict[str, list[float]]] = {}
-    selection: dict[str, dict[str, float]] = {}
     clean: dict[str, list[float]] = {}
+    trivial: list[str] = []
+    cells: list[tuple[str, float, dict[str, list[float]]]] = []
     for rule in config["rules"]:
-        clean[rule], _, _ = _fl(config, seed, partitions, mal, holdout, test, rule, "none", 0.5, warm, horizon)
-        untargeted = {}
-        for attack in ("LIE", "MinMax", "MinSum"):
-            untargeted[attack] = _fl(
-                config, seed, partitions, mal, holdout, test, rule, attack, 0.5, warm, horizon
-            )
+        clean[rule], _, _ = _fl(
+            config, seed, partitions, mal, holdout, test, rule, "none", 0.5, warm, horizon
+        )
+        untargeted = {
+            a: _fl(config, seed, partitions, mal, holdout, test, rule, a, 0.5, warm, horizon)
+            for a in UNTARGETED
+        }
         for target in config["targets"]:
+            key = f"{rule}@{target:g}"
             traces = {}
             for arm in arms:
                 if arm in untargeted:
                     trace, _, strat = untargeted[arm]
                 else:
-                    trace, _, strat = _fl(
-                        config, seed, partitions, mal, holdout, test, rule, arm, target, warm, horizon
-                    )
+                    trace, _, strat = _fl(config, seed, partitions, mal, holdout, test, rule, arm, target, warm,
+                                          horizon)  # fmt: skip
                 traces[arm] = trace
                 r = round_complexity(trace, target, eps=eps, window=window, start=0)
                 reached = not math.isinf(r)
                 d_all = target_deviation(trace, target, start=1)
                 d_hold = target_deviation(trace, target, start=int(r)) if reached else d_all
-                key = f"{rule}@{target:g}"
-                per["R"][arm].append(r if reached else penalty)
-                per["D"][arm].append(d_all)
-                per["H"][arm].append(d_hold)
-                per["final"][arm].append(trace[-1])
+                sel = float(np.mean(strat.malicious_selected)) if strat.malicious_selected else None
                 table.setdefault(key, {})[arm] = {"rounds": r if reached else None, "deviation": d_all,
-                                                  "hold_deviation": d_hold, "final": trace[-1]}  # fmt: skip
+                                                  "hold_deviation": d_hold, "final": trace[-1],
+                                                  "malicious_selected": sel}  # fmt: skip
                 curves.setdefault(f"accuracy {key}", {})[arm] = trace
-                if strat.malicious_selected:
-                    selection.setdefault(key, {})[arm] = float(np.mean(strat.malicious_selected))
-            for arm in arms:
-                per["gap"][arm].append(float(np.mean(np.abs(np.subtract(traces[arm][1:], traces["MinMax"][1:])))))
-            either_reached.append(float(table[key]["LIE"]["rounds"] is not None or table[key]["MinMax"]["rounds"] is not None))
-    clean_final = float(np.mean([t[-1] for t in clean.values()]))
+            r_clean = round_complexity(clean[rule], target, eps=eps, window=window, start=0)
+            table[key][NO_ATTACK] = {"rounds": None if math.isinf(r_clean) else r_clean,
+                                     "deviation": target_deviation(clean[rule], target, start=1),
+                                     "final": clean[rule][-1]}  # fmt: skip
+            if not math.isinf(r_clean):
+                trivial.append(key)  # the target is reached without any attack: the cell says nothing
+            cells.append((key, target, traces))
+            if rule == "fedavg":
+                any_fedavg.append(float(any(table[key][b]["rounds"] is not None for b in BASELINES)))
+            either_reached.append(float(table[key]["LIE"]["rounds"] is not None
+                                        or table[key]["MinMax"]["rounds"] is not None))  # fmt: skip
+    scored = [c for c in cells if c[0] not in trivial] or cells  # every cell trivial: score them all
+    for key, _target, traces in scored:
+        for arm in arms:
+            row = table[key][arm]
+            per["R"][arm].append(row["rounds"] if row["rounds"] is not None else penalty)
+            per["D"][arm].append(row["deviation"])
+            per["H"][arm].append(row["hold_deviation"])
+            per["final"][arm].append(row["final"])
+            per["gap"][arm].append(float(np.mean(np.abs(np.subtract(traces[arm][1:], traces["MinMax"][1:])))))
     metrics = {
         "rounds_to_target": {a: float(np.mean(per["R"][a])) for a in arms},
         "target_deviation": {a: float(np.mean(per["D"][a])) for a in arms},
         "hold_deviation": {a: float(np.mean(per["H"][a])) for a in arms},
-        "final_accuracy": {**{a: float(np.mean(per["final"][a])) for a in arms}, NO_ATTACK: clean_final},
-        "reached_fraction": {**{a: float(np.mean([v < penalty for v in per["R"][a]])) for a in arms},
-                             LIE_OR_MINMAX: float(np.mean(either_reached))},  # fmt: skip
+        "final_accuracy": {
+            **{a: float(np.mean(per["final"][a])) for a in arms},
+            NO_ATTACK: float(
+                clean["fedavg"][-1] if "fedavg" in clean else np.mean([t[-1] for t in clean.values()])
+            ),
+        },  # fmt: skip
+        "reached_fraction": {
+            **{a: float(np.mean([v < penalty for v in per["R"][a]])) for a in arms},
+            ANY_UNDER_FEDAVG: float(np.mean(any_fedavg)) if any_fedavg else 0.0,
+            LIE_OR_MINMAX: float(np.mean(either_reached)),
+        },  # fmt: skip
         "gap_to_minmax": {a: float(np.mean(per["gap"][a])) for a in arms},
     }
     local_steps = int(np.mean([math.ceil(len(p[1]) / config["batch_size"]) for p in partitions]))
-    arm_budget = {"warmup_rounds": config["warmup_rounds"], "attack_rounds": horizon, "clients": len(partitions),
+    n = len(partitions)
+    arm_budget = {"warmup_rounds": config["warmup_rounds"], "attack_rounds": horizon, "clients": n,
                   "malicious": len(mal), "local_epochs": 1, "mean_local_steps": local_steps,
                   "rules": list(config["rules"]), "targets": list(config["targets"])}  # fmt: skip
     info: dict[str, Any] = {
-        "per_rule_target": table,
-        "krum_malicious_selection_rate": selection,
+        "rule_attack_table": table,
+        "trivial_cells": trivial,
+        "scored_cells": [c[0] for c in scored],
+        "assumed_byzantine_count": {r: _assumed_f(r, n, len(mal)) for r in config["rules"]},
+        "flower_strategies": {r: FLOWER_STRATEGIES[r].__name__ for r in config["rules"]},
         "clean_final_accuracy": {r: t[-1] for r, t in clean.items()},
         "warmup_final_accuracy": warm_trace[-1],
         "malicious_ids": list(mal),
@@ -223,27 +263,63 @@ def _engine_check(config, seed, partitions, mal, holdout, test, warm) -> dict[st
             "simulation_trace": out["simulation"]["trace"], "simulation_wall_s": out["simulation"]["wall_s"]}  # fmt: skip
 
 
+def _table_grid(result: dict[str, Any], field: str, penalty_key: str = "penalty_rounds_if_never"):
+    """(rule@target rows, attack columns, seed-mean matrix) of one field of the rule x attack table."""
+    infos = result.get("info", [])
+    infos = infos if isinstance(infos, list) else [infos]
+    tables = [i["rule_attack_table"] for i in infos if i.get("rule_attack_table")]
+    if not tables:
+        return [], [], np.zeros((0, 0))
+    rows = list(tables[0])
+    cols = [a for a in (METHOD, *BASELINES, NO_ATTACK) if a in tables[0][rows[0]]]
+    grid = np.full((len(rows), len(cols)), np.nan)
+    for i, row in enumerate(rows):
+        for j, col in enumerate(cols):
+            vals = []
+            for info, table in zip(infos, tables):
+                v = table.get(row, {}).get(col, {}).get(field)
+                vals.append(float(info.get(penalty_key, np.nan)) if v is None and field == "rounds" else v)
+            vals = [v for v in vals if v is not None]
+            grid[i, j] = float(np.mean(vals)) if vals else np.nan
+    return rows, cols, grid
+
+
 def _plot(result: dict[str, Any], folder: Path) -> list[Path]:
     plt = pyplot()
     paths = []
     curves = result.get("curves", {})
     keys = [k for k in curves if "@clean" not in k]
-    if not keys:
-        return paths
-    cols = min(3, len(keys))
-    rows = math.ceil(len(keys) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)
-    for ax, key in zip(axes.flat, keys):
-        for arm, runs in curves[key].items():
-            run = np.asarray(runs[0] if runs and isinstance(runs[0], list) else runs, dtype=float)
-            ax.plot(run, label=arm)
-        target = float(key.split("@")[1])
-        ax.axhline(target, color="k", ls="--", lw=0.8)
-        ax.set_title(key, fontsize=9)
-        ax.set_xlabel("attacked round")
-        ax.set_ylabel("test accuracy")
-    axes.flat[0].legend(fontsize=7)
-    paths.append(save_figure(fig, folder, "asap_traces", dpi=110))
+    if keys:
+        cols = min(3, len(keys))
+        rows = math.ceil(len(keys) / cols)
+        fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.2 * rows), squeeze=False)
+        for ax, key in zip(axes.flat, keys):
+            for arm, runs in curves[key].items():
+                run = np.asarray(runs[0] if runs and isinstance(runs[0], list) else runs, dtype=float)
+                ax.plot(run, label=arm)
+            target = float(key.split("@")[1])
+            ax.axhline(target, color="k", ls="--", lw=0.8)
+            ax.set_title(key, fontsize=9)
+            ax.set_xlabel("attacked round")
+            ax.set_ylabel("test accuracy")
+        axes.flat[0].legend(fontsize=6)
+        paths.append(save_figure(fig, folder, "asap_traces", dpi=110))
+    rows_r, cols_r, rounds = _table_grid(result, "rounds")
+    if rows_r:
+        _, _, dev = _table_grid(result, "deviation")
+        fig, axes = plt.subplots(1, 2, figsize=(1.0 * len(cols_r) * 2 + 3, 0.55 * len(rows_r) + 2.2))
+        for ax, grid, title, cmap in ((axes[0], rounds, "rounds to reach and hold y* (never = horizon + 1)", "viridis_r"),
+                                      (axes[1], dev, "target deviation mean |acc - y*|", "magma_r")):  # fmt: skip
+            im = ax.imshow(grid, cmap=cmap, aspect="auto")
+            ax.set_xticks(range(len(cols_r)), cols_r, rotation=45, ha="right", fontsize=7)
+            ax.set_yticks(range(len(rows_r)), rows_r, fontsize=7)
+            for i in range(grid.shape[0]):
+                for j in range(grid.shape[1]):
+                    if np.isfinite(grid[i, j]):
+                        ax.text(j, i, f"{grid[i, j]:.2g}", ha="center", va="center", fontsize=6, color="w")
+            ax.set_title(title, fontsize=8)
+            fig.colorbar(im, ax=ax, fraction=0.04)
+        paths.append(save_figure(fig, folder, "asap_rule_attack_heatmap", dpi=110))
     return paths
 
 
@@ -262,7 +338,9 @@ _TEST_ITEMS = 360  # digits test split (20% of 1,797), the server accuracy behin
 
 
 def _vs(metric: str, baseline: str, tag: str) -> Better:
-    return Better(metric, baseline=baseline, higher_is_better=False, min_seeds=3, label=f"{tag}_vs_{baseline}")
+    return Better(
+        metric, baseline=baseline, higher_is_better=False, min_seeds=3, label=f"{tag}_vs_{baseline}"
+    )
 
 
 CLAIM = Claim(
@@ -273,10 +351,12 @@ CLAIM = Claim(
     ),
     method=METHOD,
     baselines=BASELINES,
-    references=(NO_ATTACK, LIE_OR_MINMAX),
+    references=(NO_ATTACK, ANY_UNDER_FEDAVG, LIE_OR_MINMAX),
     premises=(
         AtLeast("final_accuracy", arm=NO_ATTACK, threshold=0.75, label="clean_model_learns"),
-        AtLeast("reached_fraction", arm=LIE_OR_MINMAX, threshold=0.2, label="some_attack_reaches"),
+        AtLeast(
+            "reached_fraction", arm=ANY_UNDER_FEDAVG, threshold=0.5, label="baseline_reaches_under_fedavg"
+        ),
         AtLeast("gap_to_minmax", arm=METHOD, threshold=0.02, label="asap_not_saturated"),
     ),
     criteria=(
@@ -314,7 +394,7 @@ CLAIM = Claim(
             **_COMMON,
             "num_clients": 7,
             "num_malicious": 2,
-            "rules": ["median"],
+            "rules": ["fedavg", "krum"],
             "targets": [0.6],
             "warmup_rounds": 2,
             "attack_rounds": 4,
@@ -324,7 +404,7 @@ CLAIM = Claim(
             **_COMMON,
             "num_clients": 20,
             "num_malicious": 6,
-            "rules": ["fedavg", "median"],
+            "rules": ["fedavg", "median", "krum"],
             "targets": [0.6],
             "warmup_rounds": 15,
             "attack_rounds": 20,
@@ -334,7 +414,7 @@ CLAIM = Claim(
             **_COMMON,
             "num_clients": 20,
             "num_malicious": 6,
-            "rules": ["fedavg", "median", "trimmed_mean"],
+            "rules": ["fedavg", "krum", "multikrum", "median", "trimmed_mean", "bulyan"],
             "targets": [0.6],
             "warmup_rounds": 15,
             "attack_rounds": 25,
@@ -346,11 +426,14 @@ CLAIM = Claim(
     implemented=(
         "ASAPAttack (adaptive sliding-mode controller ASMCController with a PI sliding surface, reaching law with "
         "boundary layer, normalised-LMS finite Fourier-basis disturbance estimate, projected gain adaptation, "
-        "MinMax stealth bound on the control input); baselines LIE, MinMax, MinSum and FedSA-lite (same law, fixed "
-        "gain, no disturbance estimate); robust AGRs fedavg, coordinate median, trimmed mean (beta=0.2), Krum, "
-        "Multi-Krum as a Flower FedAvg strategy; malicious Flower ClientApps colluding by deterministic replication. "
-        "References: no-attack (the same rounds with every client honest) and LIE-or-MinMax (whether LIE or MinMax "
-        "reached and held the target)."
+        "MinMax stealth bound on the control input); baselines LIE, MinMax, MinSum, Fang et al.'s Krum and "
+        "trimmed-mean attacks (partial knowledge), FMPA (reconstructed: EMA predictor of the next global model, "
+        "bisection to the target accuracy under the MinMax bound) and FedSA-lite (same law, fixed gain, no "
+        "disturbance estimate). Defences are Flower's own strategies chosen by name (flwr.serverapp.strategy "
+        "FedAvg, Krum, MultiKrum, FedMedian, FedTrimmedAvg beta=0.2, Bulyan) with clear errors, a non-finite "
+        "policy and selection records added around them; malicious Flower ClientApps collude by deterministic "
+        "replication. References: no-attack (the same rounds with every client honest), any-baseline@fedavg "
+        "(whether some baseline attack reached and held the target under FedAvg) and LIE-or-MinMax."
     ),
     differences=(
         "The paper's exact equations are not public: the scalar plant, the PI surface, the adaptive laws and the "
@@ -360,14 +443,23 @@ CLAIM = Claim(
         "skew, 6 of 20 clients malicious (30%; spec 20%), the inverse-unit direction -mu/|mu| of Shejwalkar & "
         "Houmansadr for MinMax, MinSum, ASAP and FedSA-lite (LIE keeps its std direction by definition), and "
         "D_att = a stratified 10% of the training split that no client trains on (the attackers' skewed own data "
-        "made ASAP track its own classes' accuracy, not the server's). 15 benign fedavg warm-up rounds shared by "
+        "made ASAP track its own classes' accuracy, not the server's). 15 benign FedAvg warm-up rounds shared by "
         "all arms, then 25 attacked rounds (spec: 20 + 80), one target y* = 0.6 (spec 0.5 and 0.2: on this testbed "
-        "no stealthy attack holds 0.5 under fedavg and 0.2 is beyond every attack), AGRs fedavg, median and trimmed "
-        "mean (Krum and Multi-Krum are implemented but not run: CPU budget, and Krum collapses without attack under "
-        "label skew). Full profile: 5 seeds; quick: 1 seed, fedavg and median, 20 attacked rounds, hold window 8. Rounds-to-target uses the server's "
-        "clean test accuracy; a target never reached and held counts as horizon + 1 rounds. LIE/MinMax/MinSum use "
-        "only the attackers' own honest updates (AGR-agnostic, partial knowledge). Fang et al. and FMPA are not "
-        "implemented."
+        "no stealthy attack holds 0.5 under fedavg and 0.2 is beyond every attack). Defences (issue 25): Flower's "
+        "strategies; the server assumes the true m = 6 Byzantine clients for Krum and Multi-Krum (n = 20 > 2m + 2) "
+        "and m capped at 4 for Bulyan (n >= 4f + 3 allows at most 4 of 20; 6 exceeds Bulyan's guarantee). Flower's "
+        "Multi-Krum averages weighted by sample count and Flower's Bulyan selects by one-shot Multi-Krum instead "
+        "of the paper's recursive Krum (documented and tested in neurips26.federated.robust). Scoring (declared "
+        "with issue 25, before its numbers): a (rule, target) cell whose no-attack run already reaches and holds "
+        "the target says nothing about attacks and is left out of the criteria (listed in info.trivial_cells; "
+        "if every cell is trivial all are scored); the clean-learning premise reads the no-attack FedAvg run; the "
+        "reachability premise asks that some baseline attack reaches and holds the target under FedAvg (issue "
+        "25), replacing 'LIE or MinMax reaches it in >= 20% of cells', which stays reported. Full profile: 5 "
+        "seeds, all six rules; quick: 1 seed, fedavg, median and krum, 20 attacked rounds, hold window 8. "
+        "Rounds-to-target uses the server's clean test accuracy; a target never reached and held counts as "
+        "horizon + 1 rounds. LIE/MinMax/MinSum/Fang/FMPA use only the attackers' own honest updates and global "
+        "models (partial knowledge); Fang-Krum and Fang-Trim are AGR-tailored by design and run against every "
+        "rule, like every attack."
     ),
     data=(
         "scikit-learn load_digits (1,797 real 8x8 digits), stratified 80/20 split per seed; 10% of the training "
@@ -376,15 +468,16 @@ CLAIM = Claim(
     plot=_plot,
     glossary={
         "rounds_to_target": "R_0.05: first attacked round r with |acc_{r+j} - y*| <= 0.05 for j = 0..W-1 (W = 10; "
-        "acc = server test accuracy, r = 0 is the warm-up checkpoint); horizon + 1 when never; mean over AGRs "
-        "and targets.",
-        "target_deviation": "mean |acc_t - y*| over all attacked rounds t = 1..horizon; mean over AGRs and targets.",
+        "acc = server test accuracy, r = 0 is the warm-up checkpoint); horizon + 1 when never; mean over the "
+        "scored (rule, target) cells.",
+        "target_deviation": "mean |acc_t - y*| over all attacked rounds t = 1..horizon; mean over the scored cells.",
         "hold_deviation": "mean |acc_t - y*| from round R_0.05 on (all attacked rounds if never reached).",
-        "final_accuracy": "server test accuracy after the last attacked round; mean over AGRs and targets "
-        "(no-attack: the same rounds without attackers).",
-        "reached_fraction": "fraction of (AGR, target) pairs in which the target was reached and held "
-        "(LIE-or-MinMax: either of the two reached it).",
-        "gap_to_minmax": "mean over attacked rounds of |acc_t(arm) - acc_t(MinMax)|; mean over AGRs and targets "
+        "final_accuracy": "server test accuracy after the last attacked round; mean over the scored cells "
+        "(no-attack: the same rounds without attackers under FedAvg).",
+        "reached_fraction": "fraction of scored (rule, target) cells in which the target was reached and held "
+        "(any-baseline@fedavg: fraction of targets some baseline attack reached and held under FedAvg; "
+        "LIE-or-MinMax: fraction of all cells either of the two reached).",
+        "gap_to_minmax": "mean over attacked rounds of |acc_t(arm) - acc_t(MinMax)|; mean over the scored cells "
         "(0 when an arm saturates into MinMax).",
     },
 )
