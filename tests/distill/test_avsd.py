@@ -11,8 +11,10 @@ from neurips26.distill.avsd import (
     VIEW_BUILDERS,
     AVSDConfig,
     avsd_loss,
+    build_views,
     multiview_sampled_target,
     partial_solution_view,
+    sampled_token_logprobs,
 )
 
 
@@ -144,3 +146,159 @@ def test_bad_input():
         multiview_sampled_target(ls, lv, mode="single")
     with pytest.raises(ValueError, match="views"):
         AVSDConfig(views=())
+
+
+# --- views, vocabulary, and TRL's SDFTTrainer --------------------------------------------------
+
+
+def test_build_views_and_errors():
+    rec = {"solution": "7+5=12;12*3=36;36-4=32", "answer": "32"}
+    full, part, ans = build_views(rec, ("full_solution", "partial_solution", "answer_only"))
+    assert full == rec["solution"] and ans == "32" and part.startswith("7+5=12;12*3=36;")
+    with pytest.raises(ValueError, match="non-empty"):
+        build_views(rec, ())
+    with pytest.raises(ValueError, match="unknown view"):
+        build_views(rec, ("hint",))
+    with pytest.raises(ValueError, match="'answer'"):
+        build_views({"solution": "1+1=2"}, ("answer_only",))
+    with pytest.raises(TypeError, match="mapping"):
+        build_views("7+5", ("full_solution",))
+
+
+def test_sampled_token_logprobs_and_vocab_mismatch():
+    g = torch.Generator().manual_seed(5)
+    s = torch.randn(2, 3, 6, generator=g, requires_grad=True)
+    v = torch.randn(2, 4, 3, 6, generator=g)
+    ids = torch.randint(0, 6, (2, 3), generator=g)
+    ls, lv = sampled_token_logprobs(s, v, ids)
+    torch.testing.assert_close(ls, s.log_softmax(-1).gather(-1, ids[..., None]).squeeze(-1))
+    torch.testing.assert_close(lv[:, 2], v[:, 2].log_softmax(-1).gather(-1, ids[..., None]).squeeze(-1))
+    assert ls.requires_grad and not lv.requires_grad
+    with pytest.raises(ValueError, match="vocabularies differ"):
+        sampled_token_logprobs(s, torch.randn(2, 4, 3, 7), ids)
+    with pytest.raises(ValueError, match="M = 0"):
+        sampled_token_logprobs(s, v[:, :0], ids)
+    with pytest.raises(ValueError, match="vocabulary"):
+        sampled_token_logprobs(s, v, ids + 6)
+    with pytest.raises(ValueError, match="completion_mask"):
+        avsd_loss(ls, lv, torch.ones(2, 4))
+
+
+def _sdft_pair(tmp_path, views, mode="avsd"):
+    import os
+
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    from datasets import Dataset
+    from trl.experimental.sdft import SDFTConfig, SDFTTrainer
+
+    from neurips26.common.models import build_tiny_lm
+    from neurips26.common.tokenizers import char_tokenizer
+    from neurips26.distill.avsd import AVSDTrainer
+
+    tok = char_tokenizer("0123456789+-*=;()QAR: \nincomplet")
+    model = build_tiny_lm("llama", vocab_size=len(tok), seed=0, hidden_size=32)
+    model.save_pretrained(tmp_path / "base")  # SDFT's fixed ("base") teacher is rebuilt from the path
+    from transformers import LlamaForCausalLM
+
+    recs = [{"solution": "7+5=12;12*3=36", "answer": "36"}, {"solution": "2*4=8;8-1=7", "answer": "7"}]
+    prompts = ["Q:(7+5)*3\nA:", "Q:(2*4)-1\nA:"]
+
+    def args(name):
+        return SDFTConfig(
+            output_dir=str(tmp_path / name),
+            distillation_mode="sampled_token",
+            distillation_alpha=1.0,
+            per_device_train_batch_size=2,
+            num_generations=1,
+            max_steps=1,
+            report_to="none",
+            use_cpu=True,
+            save_strategy="no",
+            seed=0,
+            teacher_prompt_template="R:{privileged_context}\n{prompt}",
+            disable_tqdm=True,
+            temperature=0.7,
+        )
+
+    sdft_data = Dataset.from_list(
+        [{"prompt": p, "privileged_context": r["solution"]} for p, r in zip(prompts, recs)]
+    )
+    avsd_data = Dataset.from_list([{"prompt": p, "privileged_context": r} for p, r in zip(prompts, recs)])
+    sdft = SDFTTrainer(
+        LlamaForCausalLM.from_pretrained(tmp_path / "base"),
+        args=args("sdft"),
+        train_dataset=sdft_data,
+        processing_class=tok,
+    )
+    avsd = AVSDTrainer(
+        LlamaForCausalLM.from_pretrained(tmp_path / "base"),
+        args=args("avsd"),
+        avsd_config=AVSDConfig(views=views, mode=mode, loss_agg="seq_mean"),
+        train_dataset=avsd_data,
+        processing_class=tok,
+    )
+    # one fixed batch: the same prompts and completions (no sampling) for both trainers
+    enc = tok(prompts, return_tensors="pt", padding=True)
+    comp = tok(
+        ["7+5=12;12*3=36", "2*4=8;8-1=70"], add_special_tokens=False, return_tensors="pt", padding=True
+    )
+    c_ids = torch.cat([comp["input_ids"], torch.full((2, 1), tok.eos_token_id)], 1)
+    c_mask = torch.cat([comp["attention_mask"], torch.ones(2, 1, dtype=torch.long)], 1)
+    c_mask[0, -2:] = 0  # a ragged row
+    base = {
+        "prompt_ids": enc["input_ids"],
+        "prompt_mask": enc["attention_mask"],
+        "completion_ids": c_ids,
+        "completion_mask": c_mask,
+    }
+    t_in = sdft.teacher_context_builder.build(prompts, [r["solution"] for r in recs], c_ids, c_mask)
+    sdft_batch = {**base, **t_in}
+    avsd_batch = {**base, **avsd.build_view_inputs(prompts, recs, c_ids, c_mask)}
+    return sdft, avsd, sdft_batch, avsd_batch
+
+
+def _loss_and_grads(trainer, batch):
+    trainer.model.zero_grad(set_to_none=True)
+    loss = trainer.compute_loss(trainer.model, batch)
+    loss.backward()
+    return loss.detach(), {
+        n: p.grad.clone() for n, p in trainer.model.named_parameters() if p.grad is not None
+    }
+
+
+def test_single_full_view_equals_trl_sdft_trainer(tmp_path):
+    """AVSD with one full-solution view is SDFT's sampled-token objective, through SDFTTrainer itself."""
+    sdft, avsd, sb, ab = _sdft_pair(tmp_path, ("full_solution",))
+    torch.testing.assert_close(ab["view_input_ids"][:, 0], sb["teacher_input_ids"], rtol=0, atol=0)
+    l1, g1 = _loss_and_grads(sdft, sb)
+    l2, g2 = _loss_and_grads(avsd, ab)
+    assert l1.item() != 0.0
+    torch.testing.assert_close(l2, l1, rtol=1e-5, atol=1e-7)
+    assert g1.keys() == g2.keys() and len(g1) > 0
+    for name in g1:
+        torch.testing.assert_close(g2[name], g1[name], rtol=1e-4, atol=1e-7)
+
+
+def test_trainer_three_views_differs_and_bad_config(tmp_path):
+    from trl.experimental.sdft import SDFTConfig
+
+    from neurips26.distill.avsd import AVSDTrainer
+
+    sdft, avsd, sb, ab = _sdft_pair(tmp_path, ("full_solution", "partial_solution", "answer_only"))
+    assert ab["view_input_ids"].shape[:2] == (2, 3)
+    l1, _ = _loss_and_grads(sdft, sb)
+    l3, g3 = _loss_and_grads(avsd, ab)
+    assert torch.isfinite(l3) and l3.item() != l1.item()
+    assert all(torch.isfinite(g).all() for g in g3.values())
+    gate = avsd._metrics["eval"]["avsd/gate_mean"][-1] if avsd._metrics["eval"]["avsd/gate_mean"] else None
+    assert gate is not None and 0.0 <= gate <= 1.0
+    bad = SDFTConfig(
+        output_dir=str(tmp_path / "x"), distillation_mode="full_logits", report_to="none", use_cpu=True
+    )
+    with pytest.raises(ValueError, match="sampled_token"):
+        AVSDTrainer(avsd.model, args=bad, train_dataset=[{"prompt": "Q:", "privileged_context": {}}])
+    with pytest.raises(TypeError, match="SDFTConfig"):
+        AVSDTrainer(avsd.model, args=None)
+    ok = avsd.args
+    with pytest.raises(ValueError, match="unknown view"):
+        AVSDTrainer(avsd.model, args=ok, avsd_config=AVSDConfig(views=("hint",)))
