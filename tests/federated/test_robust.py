@@ -200,3 +200,22 @@ def test_meta_empty_and_low_precision_updates():
     for rule in AGGREGATORS:
         out = aggregate(rule, half, num_malicious=0 if rule == "bulyan" else 1)
         assert out.dtype == torch.float16 and torch.isfinite(out).all()
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    n=st.integers(7, 12),
+    seed=st.integers(0, 10_000),
+    dtype=st.sampled_from([torch.float16, torch.float32, torch.float64]),
+    rule=st.sampled_from(sorted(AGGREGATORS)),
+)
+def test_finite_updates_of_extreme_magnitude_give_finite_results(n, seed, dtype, rule):
+    """Sums near the dtype's largest value must not overflow (the mean of finite values is finite)."""
+    big = torch.finfo(dtype).max
+    g = torch.Generator().manual_seed(seed)
+    x = ((torch.rand(n, 3, generator=g, dtype=torch.float64) * 2 - 1) * big).to(dtype)
+    x[0] = big  # every coordinate at the top of the range
+    w = torch.rand(n, generator=g, dtype=torch.float64).to(dtype) + 0.5
+    out = aggregate(rule, x, weights=w, num_malicious=1)
+    assert out.dtype == dtype and torch.isfinite(out).all()
+    assert (out.double().abs() <= big).all()

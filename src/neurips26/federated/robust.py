@@ -52,7 +52,8 @@ a Krum score that no ordering can rank). Every rule therefore takes ``nonfinite`
   returned by :func:`filter_nonfinite`, and Krum-type selections report indices of the original
   clients. If every update is non-finite, :class:`ValueError`.
 
-Krum's ranking is NaN-safe by construction: distances are computed without the ``|a|^2 + |b|^2 -
+Means are computed as ``sum_i x_i / k`` (weights normalised first), so finite updates of any
+magnitude give a finite result. Krum's ranking is NaN-safe by construction: distances are computed without the ``|a|^2 + |b|^2 -
 2ab`` expansion (which turns two huge finite updates into ``inf - inf``), any non-finite score is
 mapped to ``+inf`` (never selected before a finite one), and the order is a stable ``argsort``
 (ties broken by client index).
@@ -181,6 +182,11 @@ def _work(updates: torch.Tensor) -> torch.Tensor:
     return updates if updates.dtype in _WORK_DTYPES else updates.float()
 
 
+def _mean(x: torch.Tensor) -> torch.Tensor:
+    """Mean over dim 0 that cannot overflow: every partial sum of ``x_i / k`` is at most ``max |x|``."""
+    return (x / x.shape[0]).sum(dim=0)
+
+
 def fedavg(
     updates: torch.Tensor, weights: torch.Tensor | None = None, nonfinite: str = "raise"
 ) -> torch.Tensor:
@@ -208,11 +214,13 @@ def fedavg(
     kept = filter_nonfinite(updates, weights, nonfinite)
     x = _work(kept.updates)
     if kept.weights is None:
-        return x.mean(dim=0).to(updates.dtype)
+        return _mean(x).to(updates.dtype)
     w = kept.weights.to(x.dtype)
-    if float(w.sum()) <= 0:
+    if float(w.max()) <= 0:
         raise ValueError("weights of the aggregated clients must sum to a positive number")
-    return ((w[:, None] * x).sum(dim=0) / w.sum()).to(updates.dtype)
+    w = w / w.max()  # then w.sum() <= k cannot overflow, and sum_i p_i x_i stays within max |x|
+    p = w / w.sum()
+    return (p[:, None] * x).sum(dim=0).to(updates.dtype)
 
 
 def coordinate_median(updates: torch.Tensor, nonfinite: str = "raise") -> torch.Tensor:
@@ -256,7 +264,7 @@ def trimmed_mean(updates: torch.Tensor, beta: float = 0.2, nonfinite: str = "rai
     if n - 2 * b < 1:
         raise ValueError(f"trimmed_mean with beta={beta} leaves no value of n={n} updates")
     ordered = torch.sort(x, dim=0).values
-    return ordered[b : n - b].mean(dim=0).to(updates.dtype)
+    return _mean(ordered[b : n - b]).to(updates.dtype)
 
 
 def _check_krum(n: int, num_malicious: int) -> None:
@@ -346,7 +354,7 @@ def krum(
     """
     idx = krum_select(updates, num_malicious, multi, nonfinite)
     if weights is None:
-        return _work(updates[idx.to(updates.device)]).mean(dim=0).to(updates.dtype)
+        return _mean(_work(updates[idx.to(updates.device)])).to(updates.dtype)
     weights = torch.as_tensor(weights, dtype=updates.dtype, device=updates.device)
     if weights.shape != (updates.shape[0],):
         raise ValueError(f"weights must have shape ({updates.shape[0]},), got {tuple(weights.shape)}")
@@ -464,7 +472,7 @@ def bulyan(
     beta = sel.shape[0] - 2 * num_malicious
     med = torch.quantile(sel, 0.5, dim=0) if sel.shape[0] > 1 else sel[0]
     closest = torch.argsort((sel - med).abs(), dim=0, stable=True)[:beta]
-    return torch.gather(sel, 0, closest).mean(dim=0).to(updates.dtype)
+    return _mean(torch.gather(sel, 0, closest)).to(updates.dtype)
 
 
 def _fedavg_rule(updates, weights=None, num_malicious=0, beta=0.2, nonfinite="raise"):
