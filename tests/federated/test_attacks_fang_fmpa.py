@@ -173,3 +173,19 @@ def test_make_attack_names_and_errors():
         make_attack("Fang-Bulyan")
     with pytest.raises(ValueError, match="benign_updates"):
         AttackContext(0, torch.zeros(5), honest, benign_updates=torch.zeros(4, 3))
+
+
+def test_attack_context_rejects_bad_tensors():
+    honest = _benign(3, 5, 0)
+    with pytest.raises(TypeError, match="honest_updates must be a torch.Tensor"):
+        AttackContext(0, torch.zeros(5), honest.tolist())
+    with pytest.raises(TypeError, match="global_params must be floating point"):
+        AttackContext(0, torch.zeros(5, dtype=torch.long), honest)
+    bad = honest.clone()
+    bad[1, 2] = float("nan")
+    with pytest.raises(ValueError, match="honest_updates holds NaN"):
+        AttackContext(0, torch.zeros(5), bad)
+    with pytest.raises(ValueError, match="global_params holds NaN"):
+        AttackContext(0, torch.full((5,), float("inf")), honest)
+    with pytest.raises(ValueError, match="meta"):
+        AttackContext(0, torch.zeros(5, device="meta"), honest)

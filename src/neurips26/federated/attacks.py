@@ -192,6 +192,18 @@ class AttackContext:
     benign_updates: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
+        for name in ("global_params", "honest_updates", "benign_updates"):
+            t = getattr(self, name)
+            if t is None and name == "benign_updates":
+                continue
+            if not isinstance(t, torch.Tensor):
+                raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+            if not torch.is_floating_point(t):
+                raise TypeError(f"{name} must be floating point, got {t.dtype}")
+            if t.device.type == "meta":
+                raise ValueError(f"{name} must hold data (a meta tensor has none)")
+            if t.numel() and not bool(torch.isfinite(t).all()):
+                raise ValueError(f"{name} holds NaN or infinite entries")
         if self.honest_updates.ndim != 2 or self.honest_updates.shape[0] < 1:
             raise ValueError(
                 f"honest_updates must have shape (m>=1, d), got {tuple(self.honest_updates.shape)}"
