@@ -94,7 +94,16 @@ class AVSDConfig:
 
 
 def _check_inputs(student_logprobs: Any, view_logprobs: Any) -> tuple[int, int, int]:
-    if not isinstance(student_logprobs, Tensor) or student_logprobs.dim() != 2:
+    for name, x in (("student_logprobs", student_logprobs), ("view_logprobs", view_logprobs)):
+        if not isinstance(x, Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+        if x.is_meta:
+            raise ValueError(f"{name} is a meta tensor (no data); pass a materialised tensor")
+        if not x.is_floating_point():
+            raise TypeError(f"{name} must be a floating-point tensor of log-probs, got {x.dtype}")
+    if view_logprobs.device != student_logprobs.device:
+        raise ValueError(f"view_logprobs must be on student_logprobs' device {student_logprobs.device}")
+    if student_logprobs.dim() != 2:
         raise ValueError("student_logprobs must be a tensor of shape (B, T)")
     if not isinstance(view_logprobs, Tensor) or view_logprobs.dim() != 3:
         shape = (
@@ -141,6 +150,9 @@ def multiview_sampled_target(
     _, m, _ = _check_inputs(student_logprobs, view_logprobs)
     check_choice("mode", mode, MODES)
     check_choice("gate", gate, GATES)
+    check_float("eps", eps, 0.0, low_open=True)
+    if not bool(torch.isfinite(student_logprobs).all()):
+        raise ValueError("student_logprobs contains NaN or inf")
     if mode == "single" and m != 1:
         raise ValueError(f"mode='single' needs exactly one view, got M = {m}")
     ls = student_logprobs.detach()
@@ -220,9 +232,17 @@ def avsd_loss(
         raise ValueError(f"completion_mask must have shape ({b}, {t}), got {shape}")
     if token_weights is not None and (not isinstance(token_weights, Tensor) or token_weights.shape != (b, t)):
         raise ValueError(f"token_weights must be a tensor of shape ({b}, {t})")
+    if completion_mask.is_meta or completion_mask.device != student_logprobs.device:
+        raise ValueError(
+            f"completion_mask must hold data on student_logprobs' device {student_logprobs.device}"
+        )
     mask = completion_mask.bool() & torch.isfinite(view_logprobs).all(1) & torch.isfinite(student_logprobs)
-    target, aux = multiview_sampled_target(
-        student_logprobs, view_logprobs, config.mode, config.gate, config.eps
+    target, aux = multiview_sampled_target(  # non-finite student tokens are masked out (zeroed here)
+        torch.where(torch.isfinite(student_logprobs), student_logprobs, torch.zeros_like(student_logprobs)),
+        view_logprobs,
+        config.mode,
+        config.gate,
+        config.eps,
     )
     ls = torch.where(mask, student_logprobs, torch.zeros_like(student_logprobs))
     adv = (target - ls.detach()) * mask
@@ -233,6 +253,8 @@ def avsd_loss(
         loss = per_token.sum() / mask.sum().clamp_min(1)
     else:
         loss = (per_token.sum(-1) / mask.sum(-1).clamp_min(1)).mean()
+    if not bool(torch.isfinite(loss)):
+        raise ValueError("student_logprobs or view_logprobs are too extreme: the AVSD loss is not finite")
     n = mask.sum().clamp_min(1)
     delta = view_logprobs.detach() - student_logprobs.detach().unsqueeze(1)
     same_sign = (delta > 0).all(1) | (delta < 0).all(1)

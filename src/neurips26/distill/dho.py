@@ -73,10 +73,16 @@ def _check_alpha_beta(alpha: Any, beta: Any) -> tuple[float, float]:
 def _check_logits(name: str, logits: Any, num_classes: int | None = None) -> Tensor:
     if not isinstance(logits, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor of shape (B, K), got {type(logits).__name__}")
-    if logits.dim() != 2:
-        raise ValueError(f"{name} must have shape (B, K), got {tuple(logits.shape)}")
+    if logits.is_meta:
+        raise ValueError(f"{name} is a meta tensor (no data); pass a materialised tensor")
+    if not logits.is_floating_point():
+        raise TypeError(f"{name} must be a floating-point tensor, got {logits.dtype}")
+    if logits.dim() != 2 or logits.shape[0] == 0:
+        raise ValueError(f"{name} must have shape (B >= 1, K), got {tuple(logits.shape)}")
     if num_classes is not None and logits.shape[1] != num_classes:
         raise ValueError(f"{name} must have K = {num_classes} classes, got shape {tuple(logits.shape)}")
+    if not bool(torch.isfinite(logits).all()):
+        raise ValueError(f"{name} contains NaN or inf")
     return logits
 
 
@@ -166,7 +172,11 @@ class DualHeadClassifier(nn.Module):
         z = self.backbone(x)
         if not isinstance(z, Tensor) or z.dim() != 2 or z.shape[1] != self.feature_dim:
             shape = tuple(z.shape) if isinstance(z, Tensor) else type(z).__name__
-            raise ValueError(f"backbone must return features of shape (B, {self.feature_dim}), got {shape}")
+            raise ValueError(
+                f"backbone must return features of shape (B, feature_dim={self.feature_dim}) for x, got {shape}"
+            )
+        if not bool(torch.isfinite(z).all()):
+            raise ValueError("the backbone returned NaN/inf features for x")
         return DualHeadOutput(self.ce_head(z), self.kd_head(z), z)
 
     def set_mixing(self, alpha: float, beta: float) -> None:
@@ -225,6 +235,12 @@ def _dual_objective(
     _check_logits("teacher_logits_labeled", teacher_l, k)
     if not isinstance(labels, Tensor) or labels.dim() != 1 or labels.dtype not in (torch.int64, torch.int32):
         raise ValueError("labels must be an integer tensor of shape (B,)")
+    if labels.is_meta or labels.device != ce_logits_l.device:
+        raise ValueError(
+            f"labels must hold data on the logits' device {ce_logits_l.device}, got {labels.device}"
+        )
+    if teacher_l.device != ce_logits_l.device:
+        raise ValueError("teacher_logits_labeled must be on the logits' device")
     if labels.shape[0] != ce_logits_l.shape[0]:
         raise ValueError(f"labels must have length B = {ce_logits_l.shape[0]}, got {labels.shape[0]}")
     ce = F.cross_entropy(ce_logits_l, labels.long())
@@ -271,7 +287,18 @@ class DHOLoss(nn.Module):
         if not isinstance(out_labeled, DualHeadOutput):
             raise TypeError(f"out_labeled must be a DualHeadOutput, got {type(out_labeled).__name__}")
         if out_unlabeled is not None and not isinstance(out_unlabeled, DualHeadOutput):
-            raise TypeError(f"out_unlabeled must be a DualHeadOutput or None, got {type(out_unlabeled).__name__}")
+            raise TypeError(
+                f"out_unlabeled must be a DualHeadOutput or None, got {type(out_unlabeled).__name__}"
+            )
+        _check_logits("out_labeled.ce_logits", out_labeled.ce_logits)
+        _check_logits("out_labeled.kd_logits", out_labeled.kd_logits, out_labeled.ce_logits.shape[1])
+        if out_labeled.kd_logits.shape != out_labeled.ce_logits.shape:
+            raise ValueError(
+                f"out_labeled.kd_logits {tuple(out_labeled.kd_logits.shape)} must match out_labeled.ce_logits "
+                f"{tuple(out_labeled.ce_logits.shape)}"
+            )
+        if out_labeled.kd_logits.device != out_labeled.ce_logits.device:
+            raise ValueError("out_labeled.kd_logits and out_labeled.ce_logits must share a device")
         return _dual_objective(
             out_labeled.ce_logits,
             out_labeled.kd_logits,
@@ -384,7 +411,9 @@ def gradient_conflict(losses: Mapping[str, Tensor], params: Iterable[nn.Paramete
         grads = torch.autograd.grad(loss, params, retain_graph=True, allow_unused=True)
         if all(g is None for g in grads):
             raise ValueError(f"no parameter receives gradient from losses[{name!r}]")
-        flat.append(torch.cat([(torch.zeros_like(p) if g is None else g).reshape(-1) for p, g in zip(params, grads)]))
+        flat.append(
+            torch.cat([(torch.zeros_like(p) if g is None else g).reshape(-1) for p, g in zip(params, grads)])
+        )
     n1, n2 = flat[0].norm(), flat[1].norm()
     if n1 == 0 or n2 == 0:
         raise ValueError("a loss has an all-zero gradient on params; the cosine is undefined")
@@ -537,7 +566,9 @@ def train_dho(
         if step >= start and (step - start) % conflict_every == 0 and 0.0 < loss.lam < 1.0:
             try:
                 history["grad_cosine"].append(
-                    gradient_conflict({"ce": loss.lam * parts["ce"], "kd": (1 - loss.lam) * kd}, backbone_params)
+                    gradient_conflict(
+                        {"ce": loss.lam * parts["ce"], "kd": (1 - loss.lam) * kd}, backbone_params
+                    )
                 )
             except ValueError:
                 pass

@@ -66,8 +66,10 @@ def _check_ids(name: str, ids: Any) -> Tensor:
         raise TypeError(f"{name} must be a torch.LongTensor (B, L), got {type(ids).__name__}")
     if ids.dtype != torch.long:
         raise TypeError(f"{name} must hold int64 token ids, got dtype {ids.dtype}")
-    if ids.dim() != 2:
-        raise ValueError(f"{name} must have shape (B, L), got {tuple(ids.shape)}")
+    if ids.dim() != 2 or ids.shape[0] == 0:
+        raise ValueError(f"{name} must have shape (B >= 1, L), got {tuple(ids.shape)}")
+    if ids.is_meta:
+        raise ValueError(f"{name} is a meta tensor (no data); pass a materialised tensor")
     return ids
 
 
@@ -80,7 +82,9 @@ def model_logits(model: Callable, input_ids: Tensor, attention_mask: Tensor | No
     logits = out.logits if hasattr(out, "logits") else out
     if not isinstance(logits, Tensor) or logits.dim() != 3 or logits.shape[:2] != input_ids.shape:
         shape = tuple(logits.shape) if isinstance(logits, Tensor) else type(logits).__name__
-        raise ValueError(f"model must return logits of shape (B, L, V) for input {tuple(input_ids.shape)}, got {shape}")
+        raise ValueError(
+            f"model must return logits of shape (B, L, V) for input {tuple(input_ids.shape)}, got {shape}"
+        )
     return logits
 
 
@@ -149,7 +153,11 @@ def mdlm_loss(
         t = t_eps + (1 - t_eps) * torch.rand(b, generator=generator, device=x0.device)
     if not isinstance(t, Tensor) or t.shape != (b,):
         raise ValueError(f"t must be a tensor of shape ({b},)")
-    if (t <= 0).any() or (t > 1).any():
+    if t.is_meta or t.device != x0.device:
+        raise ValueError(f"t must hold data on x0's device {x0.device}, got {t.device}")
+    if not t.is_floating_point():
+        raise TypeError(f"t must be a floating-point tensor of mask rates, got {t.dtype}")
+    if not bool(torch.isfinite(t).all()) or (t <= 0).any() or (t > 1).any():
         raise ValueError(f"t must lie in (0, 1], got min {float(t.min())}, max {float(t.max())}")
     _check_mask_id(model, mask_token_id)
     real = torch.ones_like(x0, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
@@ -159,7 +167,9 @@ def mdlm_loss(
     z = torch.where(masked, torch.full_like(x0, mask_token_id), x0)
     logits = model_logits(model, z, attention_mask)
     check_int("mask_token_id", mask_token_id, 0, logits.shape[-1] - 1)
-    logp = F.log_softmax(subs_logits(logits, z, mask_token_id).masked_fill(~masked.unsqueeze(-1), 0.0), dim=-1)
+    logp = F.log_softmax(
+        subs_logits(logits, z, mask_token_id).masked_fill(~masked.unsqueeze(-1), 0.0), dim=-1
+    )
     nll = -logp.gather(-1, x0.unsqueeze(-1)).squeeze(-1) * masked
     per_seq = nll.sum(-1) / real.sum(-1).clamp_min(1) / t
     return per_seq.mean()
@@ -287,7 +297,9 @@ def alpha_beta_divergence(
     return terms.sum(-1).to(dtype)
 
 
-def confidence_weights(teacher_logits: Tensor, mask: Tensor, kind: str = "maxprob", power: float = 1.0) -> Tensor:
+def confidence_weights(
+    teacher_logits: Tensor, mask: Tensor, kind: str = "maxprob", power: float = 1.0
+) -> Tensor:
     """Teacher-confidence weights with mean 1 over the masked positions of each sequence (inferred form).
 
     :math:`c_l = \\max_v p_T^l(v)` (``"maxprob"``) or :math:`1 - H(p_T^l)/\\log|V|` (``"entropy"``),
@@ -405,7 +417,13 @@ class DLMDistillConfig:
     lr: float = 1e-3
 
     def __post_init__(self) -> None:
-        for name in ("pool_size", "teacher_sampling_steps", "student_sampling_steps", "batch_size", "states_per_rollout"):
+        for name in (
+            "pool_size",
+            "teacher_sampling_steps",
+            "student_sampling_steps",
+            "batch_size",
+            "states_per_rollout",
+        ):
             check_int(name, getattr(self, name), low=1)
         for name in ("off_policy_steps", "on_policy_steps"):
             check_int(name, getattr(self, name), low=0)
@@ -488,8 +506,14 @@ class DLMDistiller:
         for start in range(0, n, batch):
             b = min(batch, n - start)
             out.append(
-                mdlm_sample(self.teacher, b, seq_len, self.config.teacher_sampling_steps, self.mask_token_id,
-                            generator=self.generator)
+                mdlm_sample(
+                    self.teacher,
+                    b,
+                    seq_len,
+                    self.config.teacher_sampling_steps,
+                    self.mask_token_id,
+                    generator=self.generator,
+                )
             )
             self.counters["teacher_forward_sequences"] += b * self.config.teacher_sampling_steps
         self.pool = torch.cat(out)
@@ -511,7 +535,9 @@ class DLMDistiller:
         masked = torch.rand(b, length, generator=self.generator) < t[:, None]
         z = torch.where(masked, torch.full_like(x, self.mask_token_id), x)
         s_logits = model_logits(self.student, z)
-        logp = F.log_softmax(subs_logits(s_logits, z, self.mask_token_id).masked_fill(~masked.unsqueeze(-1), 0.0), -1)
+        logp = F.log_softmax(
+            subs_logits(s_logits, z, self.mask_token_id).masked_fill(~masked.unsqueeze(-1), 0.0), -1
+        )
         nll = (-logp.gather(-1, x.unsqueeze(-1)).squeeze(-1) * masked).sum(-1) / length / t
         loss = cfg.denoise_coef * nll.mean()
         stats = {"denoise": nll.mean().item()}
@@ -522,7 +548,9 @@ class DLMDistiller:
             d = alpha_beta_divergence(
                 subs_logits(t_logits, z, self.mask_token_id).masked_fill(~masked.unsqueeze(-1), 0.0),
                 subs_logits(s_logits, z, self.mask_token_id).masked_fill(~masked.unsqueeze(-1), 0.0),
-                *{"fkl": (1.0, 0.0), "rkl": (0.0, 1.0), "ab": (cfg.ab_alpha, cfg.ab_beta)}[cfg.off_policy_divergence],
+                *{"fkl": (1.0, 0.0), "rkl": (0.0, 1.0), "ab": (cfg.ab_alpha, cfg.ab_beta)}[
+                    cfg.off_policy_divergence
+                ],
                 temperature=cfg.kd_temperature,
             )
             kd = ((d * masked).sum(-1) / length / t).mean()
@@ -562,8 +590,13 @@ class DLMDistiller:
         was_training = self.student.training
         self.student.eval()
         _, traj = mdlm_sample(
-            self.student, batch_size, seq_len, cfg.student_sampling_steps, self.mask_token_id,
-            return_trajectory=True, generator=self.generator,
+            self.student,
+            batch_size,
+            seq_len,
+            cfg.student_sampling_steps,
+            self.mask_token_id,
+            return_trajectory=True,
+            generator=self.generator,
         )
         self.student.train(was_training)
         self.counters["student_sampling_steps"] += cfg.student_sampling_steps
@@ -585,8 +618,16 @@ class DLMDistiller:
             if mask.any():
                 wmeans.append(float(w[mask].mean()))
             traj_terms.append(
-                masked_divergence(t_logits, s_logits, mask, cfg.divergence, cfg.ab_alpha, cfg.ab_beta,
-                                  cfg.kd_temperature, weights=w)
+                masked_divergence(
+                    t_logits,
+                    s_logits,
+                    mask,
+                    cfg.divergence,
+                    cfg.ab_alpha,
+                    cfg.ab_beta,
+                    cfg.kd_temperature,
+                    weights=w,
+                )
             )
             if cfg.trust_region_coef > 0:
                 if self.anchor is None:

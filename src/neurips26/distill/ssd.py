@@ -105,7 +105,11 @@ class SSDConfig:
     always_intervene: bool = False
 
     def __post_init__(self) -> None:
-        if isinstance(self.threshold, bool) or not isinstance(self.threshold, (int, float)) or math.isnan(self.threshold):
+        if (
+            isinstance(self.threshold, bool)
+            or not isinstance(self.threshold, (int, float))
+            or math.isnan(self.threshold)
+        ):
             raise TypeError(f"threshold must be a real number, got {self.threshold!r}")
         if self.threshold < 0 and not self.always_intervene:
             raise ValueError(
@@ -126,7 +130,9 @@ class SSDConfig:
         check_int("topk", self.topk, low=1)
 
 
-def token_divergence(teacher_logits: Tensor, student_logits: Tensor, kind: str = "tv", temperature: float = 1.0) -> Tensor:
+def token_divergence(
+    teacher_logits: Tensor, student_logits: Tensor, kind: str = "tv", temperature: float = 1.0
+) -> Tensor:
     """Per-position divergence between teacher and student next-token distributions.
 
     ``"tv"``: :math:`\\tfrac12\\sum_v |p_T - p_S|` in [0, 1]; ``"kl"``: KL(p_T || p_S);
@@ -189,7 +195,9 @@ def _check_prompt(name: str, ids: Any, mask: Any) -> Tensor:
     if mask is None:
         return torch.ones_like(ids)
     if mask.shape != ids.shape:
-        raise ValueError(f"the attention mask of {name} must have shape {tuple(ids.shape)}, got {tuple(mask.shape)}")
+        raise ValueError(
+            f"the attention mask of {name} must have shape {tuple(ids.shape)}, got {tuple(mask.shape)}"
+        )
     return mask.long()
 
 
@@ -258,7 +266,11 @@ def speculative_mixed_rollout(
             mask = torch.cat([s_mask, torch.ones_like(cur)], 1)
             sl = _logits(student, ids, mask)[:, -1]
             # always_intervene: no student draw, so the rollout equals teacher-only sampling
-            tok = sl.argmax(-1) if cfg.always_intervene else _pick(sl, cfg.student_sampling, cfg.temperature, generator)
+            tok = (
+                sl.argmax(-1)
+                if cfg.always_intervene
+                else _pick(sl, cfg.student_sampling, cfg.temperature, generator)
+            )
             drafts.append(tok)
             s_logits.append(sl)
             cur = torch.cat([cur, tok[:, None]], 1)
@@ -270,7 +282,9 @@ def speculative_mixed_rollout(
         counters["calls"] += 1
         counters["teacher_tokens"] += int(mask.sum())  # no KV cache: the whole prefix is recomputed
         if t_block.shape[-1] != s_block.shape[-1]:
-            raise ValueError(f"teacher and student vocabularies differ: {t_block.shape[-1]} vs {s_block.shape[-1]}")
+            raise ValueError(
+                f"teacher and student vocabularies differ: {t_block.shape[-1]} vs {s_block.shape[-1]}"
+            )
         if cfg.divergence == "topk":
             top = t_block.topk(min(cfg.topk, t_block.shape[-1]), -1).indices
             d = (~(top == draft[..., None]).any(-1)).float()
@@ -317,7 +331,9 @@ def speculative_mixed_rollout(
     )
 
 
-def completion_logits(model: Any, prompt_ids: Tensor, prompt_mask: Tensor | None, completion_ids: Tensor) -> Tensor:
+def completion_logits(
+    model: Any, prompt_ids: Tensor, prompt_mask: Tensor | None, completion_ids: Tensor
+) -> Tensor:
     """Logits (B, T, V) that predict each completion token given the (left-padded) prompt and prefix."""
     p_mask = _check_prompt("prompt_ids", prompt_ids, prompt_mask)
     t = completion_ids.shape[1]
@@ -345,6 +361,22 @@ def ssd_loss(
     """
     check_choice("loss", loss, LOSSES)
     beta = {"fkl": 0.0, "rkl": 1.0, "jsd": check_float("beta", beta, 0.0, 1.0)}[loss]
+    for name, t in (
+        ("student_logits", student_logits),
+        ("teacher_logits", teacher_logits),
+        ("response_mask", response_mask),
+        ("supervise_mask", supervise_mask),
+    ):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.is_meta or t.device != student_logits.device:
+            raise ValueError(
+                f"{name} must hold data on student_logits' device {student_logits.device}, got {t.device}"
+            )
+        if name.endswith("logits") and (not t.is_floating_point() or t.dim() != 3):
+            raise TypeError(
+                f"{name} must be a floating-point (B, T, V) tensor, got {t.dtype} {tuple(t.shape)}"
+            )
     if student_logits.shape != teacher_logits.shape:
         raise ValueError(
             f"student_logits and teacher_logits must share one shape (same vocabulary), got "
@@ -353,6 +385,9 @@ def ssd_loss(
     if response_mask.shape != student_logits.shape[:2] or supervise_mask.shape != response_mask.shape:
         raise ValueError("response_mask and supervise_mask must have shape (B, T) matching the logits")
     sup = response_mask.bool() & supervise_mask.bool()
+    for name, t in (("student_logits", student_logits), ("teacher_logits", teacher_logits)):
+        if not bool(torch.isfinite(t[sup]).all()):
+            raise ValueError(f"{name} contains NaN or inf at supervised tokens")
     n = int(sup.sum())
     if n == 0:
         return student_logits.sum() * 0.0, {"supervised_tokens": 0.0, "divergence": 0.0}
@@ -382,8 +417,16 @@ class SSDTrainer:
     generator : torch.Generator, optional
     """
 
-    def __init__(self, model, tokenizer, config: SSDConfig, optimizer=None, teacher=None,
-                 template: str = "{source} {question}", generator: torch.Generator | None = None):
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        config: SSDConfig,
+        optimizer=None,
+        teacher=None,
+        template: str = "{source} {question}",
+        generator: torch.Generator | None = None,
+    ):
         if not isinstance(config, SSDConfig):
             raise TypeError(f"config must be an SSDConfig, got {type(config).__name__}")
         self.model, self.tokenizer, self.config, self.template = model, tokenizer, config, template
@@ -397,7 +440,12 @@ class SSDTrainer:
             self.teacher = copy.deepcopy(model).eval()
             for p in self.teacher.parameters():
                 p.requires_grad_(False)
-        self.totals = {"supervised_tokens": 0, "teacher_forward_tokens": 0, "teacher_calls": 0, "response_tokens": 0}
+        self.totals = {
+            "supervised_tokens": 0,
+            "teacher_forward_tokens": 0,
+            "teacher_calls": 0,
+            "response_tokens": 0,
+        }
 
     def build_inputs(self, sources: Sequence[str], questions: Sequence[str]) -> tuple[dict, dict]:
         """Left-padded student (question) and teacher (source + question) encodings."""
@@ -405,8 +453,11 @@ class SSDTrainer:
             raise ValueError(f"sources and questions differ in length: {len(sources)} vs {len(questions)}")
         self.tokenizer.padding_side = "left"
         s = self.tokenizer(list(questions), return_tensors="pt", padding=True)
-        t = self.tokenizer([self.template.format(source=c, question=q) for c, q in zip(sources, questions)],
-                           return_tensors="pt", padding=True)
+        t = self.tokenizer(
+            [self.template.format(source=c, question=q) for c, q in zip(sources, questions)],
+            return_tensors="pt",
+            padding=True,
+        )
         return dict(s), dict(t)
 
     def step(self, sources: Sequence[str], questions: Sequence[str]) -> dict[str, float]:
@@ -414,20 +465,35 @@ class SSDTrainer:
         cfg = self.config
         self.model.eval()
         roll = speculative_mixed_rollout(
-            self.model, s["input_ids"], t["input_ids"], cfg, teacher=self.teacher,
-            eos_token_id=self.tokenizer.eos_token_id, generator=self.generator,
-            student_attention_mask=s["attention_mask"], teacher_attention_mask=t["attention_mask"],
+            self.model,
+            s["input_ids"],
+            t["input_ids"],
+            cfg,
+            teacher=self.teacher,
+            eos_token_id=self.tokenizer.eos_token_id,
+            generator=self.generator,
+            student_attention_mask=s["attention_mask"],
+            teacher_attention_mask=t["attention_mask"],
             pad_token_id=self.tokenizer.pad_token_id or 0,
         )
         self.model.train()
         student_logits = completion_logits(self.model, s["input_ids"], s["attention_mask"], roll.sequences)
         with torch.no_grad():
-            teacher_logits = completion_logits(self.teacher, t["input_ids"], t["attention_mask"], roll.sequences)
+            teacher_logits = completion_logits(
+                self.teacher, t["input_ids"], t["attention_mask"], roll.sequences
+            )
         if cfg.supervise == "intervened":
             sup = roll.intervention_mask
         elif cfg.supervise == "divergent":
-            sup = token_divergence(teacher_logits, student_logits.detach(), "tv" if cfg.divergence == "topk"
-                                   else cfg.divergence, cfg.temperature) > cfg.threshold
+            sup = (
+                token_divergence(
+                    teacher_logits,
+                    student_logits.detach(),
+                    "tv" if cfg.divergence == "topk" else cfg.divergence,
+                    cfg.temperature,
+                )
+                > cfg.threshold
+            )
         else:
             sup = roll.response_mask
         loss, stats = ssd_loss(student_logits, teacher_logits, roll.response_mask, sup, cfg.loss, cfg.beta)
@@ -439,10 +505,14 @@ class SSDTrainer:
                 for pt, ps in zip(self.teacher.parameters(), self.model.parameters()):
                     pt.mul_(cfg.ema_decay).add_(ps.detach(), alpha=1 - cfg.ema_decay)
         self.totals["supervised_tokens"] += int(stats["supervised_tokens"])
-        self.totals["teacher_forward_tokens"] += roll.n_teacher_forward_tokens + int(t["input_ids"].numel()
-                                                                                     + roll.sequences.numel())
+        self.totals["teacher_forward_tokens"] += roll.n_teacher_forward_tokens + int(
+            t["input_ids"].numel() + roll.sequences.numel()
+        )
         self.totals["teacher_calls"] += roll.n_teacher_calls + 1
         self.totals["response_tokens"] += int(roll.response_mask.sum())
-        return {"loss": loss.item(), "supervised_tokens": stats["supervised_tokens"],
-                "response_tokens": float(roll.response_mask.sum()),
-                "interventions": float(roll.intervention_mask.sum())}
+        return {
+            "loss": loss.item(),
+            "supervised_tokens": stats["supervised_tokens"],
+            "response_tokens": float(roll.response_mask.sum()),
+            "interventions": float(roll.intervention_mask.sum()),
+        }

@@ -269,9 +269,25 @@ def task(name: str | None = None, *, input_ids: Any = None) -> Iterator[None]:
 # --------------------------------------------------------------------------------------------
 # helpers
 # --------------------------------------------------------------------------------------------
+def _check_real(name: str, x: Any) -> None:
+    """A finite floating-point tensor with data (not meta); raise naming ``name`` otherwise."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.is_meta:
+        raise ValueError(f"{name} is a meta tensor (no data); pass a materialised tensor")
+    if not x.is_floating_point():
+        raise TypeError(f"{name} must be a floating-point tensor, got {x.dtype}")
+    if not bool(torch.isfinite(x).all()):
+        raise ValueError(f"{name} contains NaN or inf")
+
+
 def _check_qk(q: torch.Tensor, k: torch.Tensor) -> tuple[int, int, int, int]:
-    if not isinstance(q, torch.Tensor) or not isinstance(k, torch.Tensor):
-        raise TypeError("q and k must be tensors")
+    _check_real("q", q)
+    _check_real("k", k)
+    if q.dtype != k.dtype or q.device != k.device:
+        raise ValueError(
+            f"q and k must share dtype and device, got {q.dtype}/{q.device} and {k.dtype}/{k.device}"
+        )
     if q.dim() != 4 or k.dim() != 4:
         raise ValueError(f"q and k must be 4-D [b, h, n, d], got {tuple(q.shape)} and {tuple(k.shape)}")
     b, h, n, d = q.shape
@@ -402,7 +418,11 @@ def probe_metrics(
     check_int("sink_blocks", sink_blocks, low=0)
     check_int("local_blocks", local_blocks, low=0)
     probe_queries = block_size if probe_queries is None else check_int("probe_queries", probe_queries, low=1)
-    scale = d**-0.5 if scale is None else float(scale)
+    scale = (
+        d**-0.5
+        if scale is None
+        else check_float("scale", scale, 0.0, low_open=True, high=math.inf, high_open=True)
+    )
     nb = _n_blocks(n, block_size)
     attn, _ = _probe_attention(q, k, probe_queries, scale, key_valid)
     dist = _block_pool_sum(attn, block_size, nb).mean(2)  # [b, h, nb]
@@ -462,7 +482,11 @@ def estimated_block_scores(
     Returns fp32 ``[b, h, nb, nb]``; rows sum to 1 over ``j <= i``, zero above the diagonal.
     """
     b, h, n, d = _check_qk(q, k)
-    scale = d**-0.5 if scale is None else float(scale)
+    scale = (
+        d**-0.5
+        if scale is None
+        else check_float("scale", scale, 0.0, low_open=True, high=math.inf, high_open=True)
+    )
     nb = _n_blocks(n, block_size)
     qp = _block_mean(q.float(), block_size, nb)
     kp = _block_mean(_expand_kv(k, h).float(), block_size, nb)
@@ -527,7 +551,11 @@ def flexprefill_mask(
     check_float("gamma", gamma, 0.0, 1.0, low_open=True)
     check_float("tau", tau, 0.0, 1.0)
     probe_queries = block_size if probe_queries is None else check_int("probe_queries", probe_queries, low=1)
-    scale = d**-0.5 if scale is None else float(scale)
+    scale = (
+        d**-0.5
+        if scale is None
+        else check_float("scale", scale, 0.0, low_open=True, high=math.inf, high_open=True)
+    )
     nb = _n_blocks(n, block_size)
     dev = q.device
     attn, pos = _probe_attention(q, k, probe_queries, scale, key_valid)  # [b,h,nq,n]
@@ -644,7 +672,11 @@ def plan_blocks(
     B = config.block_size
     nb = _n_blocks(n, B)
     dev = q.device
-    scale = d**-0.5 if scale is None else float(scale)
+    scale = (
+        d**-0.5
+        if scale is None
+        else check_float("scale", scale, 0.0, low_open=True, high=math.inf, high_open=True)
+    )
     pol = config.policies[task]
     causal = _causal_blocks(nb, dev)
     metrics = probe_metrics(
@@ -763,19 +795,30 @@ def sparse_prefill_attention(
     """
     b, h, n, d = _check_qk(q, k)
     check_int("block_size", block_size, low=1)
-    if v.shape[:3] != k.shape[:3]:
+    _check_real("v", v)
+    if v.dim() != 4 or v.shape[:3] != k.shape[:3]:
         raise ValueError(
             f"v must have shape [b, h_kv, n, d_v] matching k {tuple(k.shape)}, got {tuple(v.shape)}"
         )
+    if v.dtype != q.dtype or v.device != q.device:
+        raise ValueError(
+            f"v must have q's dtype {q.dtype} and device {q.device}, got {v.dtype} on {v.device}"
+        )
     if not isinstance(block_mask, torch.Tensor) or block_mask.dtype != torch.bool:
         raise TypeError("block_mask must be a bool tensor")
+    if block_mask.device != q.device:
+        raise ValueError(f"block_mask must be on q's device {q.device}, got {block_mask.device}")
     nb = _n_blocks(n, block_size)
     if block_mask.shape[-2:] != (nb, nb):
         raise ValueError(
             f"block_mask must end with ({nb}, {nb}) for n={n}, block_size={block_size}; got {tuple(block_mask.shape)}"
         )
     check_choice("backend", backend, ("gather", "masked", "flex"))
-    scale = d**-0.5 if scale is None else float(scale)
+    scale = (
+        d**-0.5
+        if scale is None
+        else check_float("scale", scale, 0.0, low_open=True, high=math.inf, high_open=True)
+    )
     while block_mask.dim() < 4:
         block_mask = block_mask.unsqueeze(0)
     block_mask = (block_mask | torch.eye(nb, dtype=torch.bool, device=q.device)).expand(b, h, nb, nb)

@@ -166,6 +166,8 @@ def kv_ladder(bits: Sequence[int], key_bonus: int = 0) -> list[tuple[int, int]]:
     [(3, 2), (4, 3), (4, 4)]
     """
     levels = sorted({check_bits("bits", b) for b in bits})
+    if not levels:
+        raise ValueError("bits must name at least one bit-width")
     check_int("key_bonus", key_bonus, low=0)
     top = len(levels) - 1
     return [(levels[min(r + key_bonus, top)], levels[r]) for r in range(len(levels))]
@@ -428,6 +430,10 @@ def all_reduce_profile(tracker: AADTracker, num_layers: int | None = None, group
 # ------------------------------------------------------------------------------------ allocation
 def _demands(profile: AADProfile | torch.Tensor | Sequence[float], kappa: float) -> list[float]:
     check_float("kappa", kappa, 0.0)
+    if isinstance(profile, torch.Tensor) and (profile.is_meta or profile.dtype == torch.bool):
+        raise TypeError(
+            f"profile must be a real-valued tensor with data, got {profile.dtype} on {profile.device}"
+        )
     demand = (
         profile.demand(kappa)
         if isinstance(profile, AADProfile)
@@ -436,6 +442,8 @@ def _demands(profile: AADProfile | torch.Tensor | Sequence[float], kappa: float)
     demand = [float(v) for v in demand.reshape(-1)]
     if not demand:
         raise ValueError("profile has no layers")
+    if not all(math.isfinite(v) for v in demand):
+        raise ValueError("profile contains NaN or inf demands")
     return demand
 
 

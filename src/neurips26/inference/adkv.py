@@ -75,6 +75,7 @@ from neurips26.inference.quant import (
     QuantizedKVCacheMixin,
     QuantizedTensor,
     _measured,
+    check_kv_states,
     held_bytes_report,
     pack_bits,
     quantize_asym,
@@ -236,6 +237,26 @@ def _ste_round(u: torch.Tensor) -> torch.Tensor:
     return u + (torch.round(u) - u).detach()
 
 
+def _check_fp16_range(key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+    """ADKV stores its initial states in fp16: |K|, |V| above 65504 cannot be represented."""
+    limit = torch.finfo(_META).max
+    for name, t in (("key_states", key_states), ("value_states", value_states)):
+        if bool((t.abs() > limit).any()):
+            raise ValueError(f"{name} exceeds the {_META} range of ADKV's stored state (|x| > {limit:g})")
+
+
+def _check_real_stream(name: str, x: Any) -> None:
+    """A finite floating-point tensor with data (not meta); raise naming ``name`` otherwise."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.is_meta:
+        raise ValueError(f"{name} is a meta tensor (no data); pass a materialised tensor")
+    if not x.is_floating_point():
+        raise TypeError(f"{name} must be a floating-point tensor, got {x.dtype}")
+    if not bool(torch.isfinite(x).all()):
+        raise ValueError(f"{name} contains NaN or inf")
+
+
 class ADKVQuantizer:
     """Per-channel adaptive delta quantiser of a stream ``x: Tensor[..., T, D]``.
 
@@ -284,10 +305,13 @@ class ADKVQuantizer:
     # -- state --------------------------------------------------------------------------------
     def init_state(self, x_prefix: torch.Tensor) -> ADKVState:
         """Initial state from the first tokens ``x_prefix: Tensor[..., T0, D]`` (fp16 z_1 and a_1)."""
+        _check_real_stream("x_prefix", x_prefix)
         if x_prefix.dim() < 2 or x_prefix.shape[-1] != self.num_channels or x_prefix.shape[-2] < 1:
             raise ValueError(
                 f"x_prefix must be [..., T0 >= 1, {self.num_channels}], got {tuple(x_prefix.shape)}"
             )
+        if bool((x_prefix.abs() > torch.finfo(_META).max).any()):
+            raise ValueError(f"x_prefix exceeds the {_META} range of the stored initial state (|x| > 65504)")
         xp = x_prefix.detach().to(torch.float64)
         z1 = xp.mean(-2)
         a1 = (xp - z1.unsqueeze(-2)).abs().mean(-2)
@@ -527,6 +551,7 @@ class ADKVQuantizer:
     def _check_stream(self, x: torch.Tensor, state: ADKVState | None) -> None:
         if state is None:
             raise RuntimeError("an initial ADKVState is required (use init_state)")
+        _check_real_stream("x", x)
         if x.dim() < 2 or x.shape[-1] != self.num_channels:
             raise ValueError(f"x must be [..., T, {self.num_channels}], got {tuple(x.shape)}")
 
@@ -843,6 +868,8 @@ class ADKVLayer(BaseQuantizedLayer):
         The incoming tokens are returned in full precision for the current pass (as in KIVI); tokens
         beyond the residual window are encoded and returned as reconstructions afterwards.
         """
+        check_kv_states(key_states, value_states, self)
+        _check_fp16_range(key_states, value_states)
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         self.cumulative_length += key_states.shape[-2]
@@ -1064,6 +1091,9 @@ class ADKVCache(QuantizedKVCacheMixin, Cache):
             )
         if any(layer.is_initialized for layer in self.layers):
             raise RuntimeError("bulk_prefill needs an empty cache")
+        for k, v in key_value_states:
+            check_kv_states(k, v)
+            _check_fp16_range(k, v)
         cfg = self.adkv
         if cfg.bits == FULL_PRECISION_BITS or cfg.value_mode != "adkv":
             for i, (k, v) in enumerate(key_value_states):

@@ -60,6 +60,7 @@ __all__ = [
     "text_config",
     "MEMORY_CATEGORIES",
     "held_bytes_report",
+    "check_kv_states",
 ]
 
 SUPPORTED_BITS = (1, 2, 3, 4, 8)
@@ -90,6 +91,51 @@ def held_bytes_report(tensors: Iterable[tuple[str, torch.Tensor | None]]) -> dic
         out[category] += t.numel() * t.element_size()
     out["total"] = sum(out[c] for c in MEMORY_CATEGORIES)
     return out
+
+
+def check_kv_states(key_states: Any, value_states: Any, layer: Any = None) -> None:
+    """Validate one ``update`` of a KV-cache layer; raise ``TypeError``/``ValueError`` naming the argument.
+
+    Both must be finite floating-point ``[batch >= 1, kv_heads, new_tokens, head_dim]`` tensors of one
+    shape on a real (non-meta) device; once ``layer`` is initialised they must also match its dtype,
+    device, batch, heads and head size.
+    """
+    for name, t in (("key_states", key_states), ("value_states", value_states)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.is_meta:
+            raise ValueError(f"{name} is a meta tensor (no data); pass a materialised tensor")
+        if not t.is_floating_point():
+            raise TypeError(f"{name} must be a floating-point tensor, got {t.dtype}")
+        if t.dim() != 4 or t.shape[0] == 0 or t.shape[1] == 0 or t.shape[3] == 0:
+            raise ValueError(
+                f"{name} must be [batch >= 1, kv_heads, new_tokens, head_dim], got {tuple(t.shape)}"
+            )
+    if key_states.shape != value_states.shape or key_states.dtype != value_states.dtype:
+        raise ValueError(
+            f"key_states and value_states must share shape and dtype, got {tuple(key_states.shape)} "
+            f"{key_states.dtype} and {tuple(value_states.shape)} {value_states.dtype}"
+        )
+    if key_states.device != value_states.device:
+        raise ValueError(
+            f"key_states and value_states must share a device, got {key_states.device}, {value_states.device}"
+        )
+    for name, t in (("key_states", key_states), ("value_states", value_states)):
+        if not bool(torch.isfinite(t).all()):
+            raise ValueError(f"{name} contains NaN or inf")
+    if layer is not None and getattr(layer, "is_initialized", False):
+        ref = layer.keys
+        if key_states.dtype != ref.dtype or key_states.device != ref.device:
+            raise ValueError(
+                f"key_states must have the cache's dtype {ref.dtype} on {ref.device}, got {key_states.dtype} "
+                f"on {key_states.device}"
+            )
+        want = (ref.shape[0], ref.shape[1], ref.shape[3])
+        got = (key_states.shape[0], key_states.shape[1], key_states.shape[3])
+        if got != want:
+            raise ValueError(
+                f"key_states must be [{want[0]}, {want[1]}, new_tokens, {want[2]}] like the cache, got {tuple(key_states.shape)}"
+            )
 
 
 def _measured(report: dict[str, int]) -> dict[str, int]:
@@ -545,6 +591,7 @@ class KIVILayer(BaseQuantizedLayer):
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         """Append new states, return ``(keys, values)`` covering the whole sequence (see class doc)."""
+        check_kv_states(key_states, value_states, self)
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         self.cumulative_length += key_states.shape[-2]

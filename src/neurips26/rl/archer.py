@@ -43,6 +43,7 @@ from neurips26.rl.losses import (
     KL_ESTIMATORS,
     LOSS_AGGS,
     as_mask,
+    check_finite_tokens,
     check_token_tensors,
     clipped_surrogate,
     group_advantages,
@@ -293,6 +294,14 @@ def archer_policy_loss(
         ref_logprobs=ref_logprobs,
     )
     mask = as_mask("response_mask", response_mask)
+    check_finite_tokens(
+        mask,
+        logprobs=logprobs,
+        old_logprobs=old_logprobs,
+        advantages=adv,
+        entropy=entropy,
+        ref_logprobs=ref_logprobs,
+    )
     if config.uses_kl and ref_logprobs is None:
         raise ValueError(
             "ref_logprobs is None but a KL coefficient is positive; pass reference log-probs or set "

@@ -67,10 +67,16 @@ def check_token_tensors(**tensors: torch.Tensor | None) -> tuple[int, int]:
             continue
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.is_meta:
+            raise ValueError(f"{name} is a meta tensor (no data); pass a materialised tensor")
+        if not name.endswith("mask") and not t.is_floating_point():
+            raise TypeError(f"{name} must be a floating-point tensor, got {t.dtype}")
         if t.ndim != 2:
             raise ValueError(f"{name} must have shape (B, T), got {tuple(t.shape)}")
         if shape is None:
-            shape, first = tuple(t.shape), name
+            shape, first, device = tuple(t.shape), name, t.device
+        elif t.device != device:
+            raise ValueError(f"device mismatch: {first} is on {device} but {name} is on {t.device}")
         elif tuple(t.shape) != shape:
             raise ValueError(f"shape mismatch: {first} is {shape} but {name} is {tuple(t.shape)}")
     if shape is None:
@@ -223,6 +229,16 @@ def clipped_surrogate(
     return loss, r, clipped
 
 
+def check_finite_tokens(mask: torch.Tensor, **tensors: torch.Tensor | None) -> None:
+    """Raise ``ValueError`` naming the tensor if it holds NaN/inf at a valid (``mask``) token.
+
+    Entries at masked-out tokens (padding) are ignored: they never reach the loss.
+    """
+    for name, t in tensors.items():
+        if t is not None and not bool(torch.isfinite(t[mask]).all()):
+            raise ValueError(f"{name} contains NaN or inf at valid (response_mask) tokens")
+
+
 def _validate_common(logprobs, old_logprobs, advantages, mask, ref_logprobs):
     adv = advantages
     if isinstance(adv, torch.Tensor) and adv.ndim == 1:
@@ -236,7 +252,11 @@ def _validate_common(logprobs, old_logprobs, advantages, mask, ref_logprobs):
         response_mask=mask,
         ref_logprobs=ref_logprobs,
     )
-    return adv, as_mask("response_mask", mask)
+    mask = as_mask("response_mask", mask)
+    check_finite_tokens(
+        mask, logprobs=logprobs, old_logprobs=old_logprobs, advantages=adv, ref_logprobs=ref_logprobs
+    )
+    return adv, mask
 
 
 def policy_loss(

@@ -18,6 +18,10 @@ from neurips26.common.checks import check_float, check_int
 def _as_rows(name: str, d: torch.Tensor) -> torch.Tensor:
     if not isinstance(d, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(d).__name__}")
+    if d.is_meta:
+        raise ValueError(f"{name} is a meta tensor (no data); pass a materialised tensor")
+    if d.dtype == torch.bool or d.is_complex():
+        raise TypeError(f"{name} must be a real-valued tensor, got {d.dtype}")
     if d.ndim == 1:
         d = d.unsqueeze(1)
     if d.ndim != 2:
@@ -110,7 +114,9 @@ def estimate_correction_strength(
     """
     d = _as_rows("per_example_corrections", per_example_corrections)
     if d.shape[0] < 2:
-        raise ValueError(f"need at least 2 per-example corrections to estimate a variance, got {d.shape[0]}")
+        raise ValueError(
+            f"per_example_corrections needs at least 2 rows to estimate a variance, got {d.shape[0]}"
+        )
     count, total, total_sq = correction_statistics(d)
     return correction_from_statistics(count, total, total_sq, n_human_total, c_min, c_max)["c_hat"]
 

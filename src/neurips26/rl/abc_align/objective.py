@@ -40,12 +40,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
 
-from neurips26.common.checks import check_choice, check_float, check_int
+from neurips26.common.checks import check_choice, check_float, check_int, check_same_shape
 from neurips26.rl.abc_align.estimators import (
     RowWindow,
     _as_rows,
@@ -60,9 +60,26 @@ PROBES = ("head", "all")
 
 
 # ----------------------------------------------------------------------------- per-example losses
+def _check_real(name: str, t: Any, ndim: int | None = None) -> torch.Tensor:
+    """A finite floating-point tensor with data (not meta) of ``ndim`` dimensions; raise naming ``name``."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.is_meta:
+        raise ValueError(f"{name} is a meta tensor (no data); pass a materialised tensor")
+    if not t.is_floating_point():
+        raise TypeError(f"{name} must be a floating-point tensor, got {t.dtype}")
+    if ndim is not None and t.ndim != ndim:
+        raise ValueError(f"{name} must have {ndim} dimension(s), got shape {tuple(t.shape)}")
+    if not bool(torch.isfinite(t).all()):
+        raise ValueError(f"{name} contains NaN or inf")
+    return t
+
+
 def _check_labels(name: str, label: torch.Tensor) -> None:
     if not isinstance(label, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(label).__name__}")
+    if label.is_meta:
+        raise ValueError(f"{name} is a meta tensor (no data); pass a materialised tensor")
     if label.numel() and (not bool(torch.isfinite(label).all()) or label.min() < 0 or label.max() > 1):
         raise ValueError(f"{name} must lie in [0, 1] (probability that the first response is preferred)")
 
@@ -86,9 +103,16 @@ def soft_logistic_loss(margin: torch.Tensor, label: torch.Tensor) -> torch.Tenso
     -------
     Tensor, the broadcast shape of ``margin`` and ``label``: the per-example losses.
     """
-    if not isinstance(margin, torch.Tensor):
-        raise TypeError(f"margin must be a torch.Tensor, got {type(margin).__name__}")
+    _check_real("margin", margin)
     _check_labels("label", label)
+    if label.device != margin.device:
+        raise ValueError(f"label must be on margin's device {margin.device}, got {label.device}")
+    try:
+        torch.broadcast_shapes(margin.shape, label.shape)
+    except RuntimeError:
+        raise ValueError(
+            f"margin {tuple(margin.shape)} and label {tuple(label.shape)} must broadcast against each other"
+        ) from None
     return _soft_logistic(margin, label)
 
 
@@ -124,10 +148,20 @@ def dpo_margin(
     -------
     Tensor ``(B,)``
     """
-    check_float("beta", beta, 0.0, low_open=True)
-    shapes = {tuple(t.shape) for t in (policy_logps_1, policy_logps_2, ref_logps_1, ref_logps_2)}
-    if len(shapes) != 1:
-        raise ValueError(f"log-prob tensors must share one shape, got {sorted(shapes)}")
+    check_float("beta", beta, 0.0, low_open=True, high=math.inf, high_open=True)
+    named = {
+        "policy_logps_1": policy_logps_1,
+        "policy_logps_2": policy_logps_2,
+        "ref_logps_1": ref_logps_1,
+        "ref_logps_2": ref_logps_2,
+    }
+    for name, t in named.items():
+        _check_real(name, t)
+    if len({t.device for t in named.values()}) != 1:
+        raise ValueError(
+            f"log-prob tensors must share one device, got { {k: str(t.device) for k, t in named.items()} }"
+        )
+    check_same_shape(**named)
     return beta * ((policy_logps_1 - ref_logps_1) - (policy_logps_2 - ref_logps_2))
 
 
@@ -248,23 +282,32 @@ class MarginBatch:
     pseudo_ids: torch.Tensor | None = None
 
 
-def _check_loss_vectors(objective: str, loss_pseudo, loss_human_true, loss_human_pseudo, need_human, need_pseudo):
+def _check_loss_vectors(
+    objective: str, loss_pseudo, loss_human_true, loss_human_pseudo, need_human, need_pseudo
+):
     for name, t in (
         ("loss_pseudo", loss_pseudo),
         ("loss_human_true", loss_human_true),
         ("loss_human_pseudo", loss_human_pseudo),
     ):
         if not isinstance(t, torch.Tensor) or t.ndim != 1:
-            raise ValueError(f"{name} must be a 1-D tensor of per-example losses, got {getattr(t, 'shape', t)!r}")
+            raise ValueError(
+                f"{name} must be a 1-D tensor of per-example losses, got {getattr(t, 'shape', t)!r}"
+            )
+        _check_real(name, t)
     if loss_human_true.shape != loss_human_pseudo.shape:
         raise ValueError(
             f"loss_human_true {tuple(loss_human_true.shape)} and loss_human_pseudo "
             f"{tuple(loss_human_pseudo.shape)} must have the same length (one entry per human pair)"
         )
     if need_human and loss_human_true.numel() == 0:
-        raise ValueError(f"{objective}: the human batch is empty; every mini-batch needs human pairs")
+        raise ValueError(
+            f"{objective}: the human batch is empty (loss_human_true has no entries); every mini-batch needs human pairs"
+        )
     if need_pseudo and loss_pseudo.numel() == 0:
-        raise ValueError(f"{objective}: the pseudo batch is empty; every mini-batch needs pseudo pairs")
+        raise ValueError(
+            f"{objective}: the pseudo batch is empty (loss_pseudo has no entries); every mini-batch needs pseudo pairs"
+        )
 
 
 class RectifiedObjective:
@@ -287,7 +330,9 @@ class RectifiedObjective:
     ) -> torch.Tensor:
         """Per-example loss vectors ``(k,)``, ``(m,)``, ``(m,)`` in; the scalar objective out."""
         w_p, w_h, w_hp = self.weights()
-        _check_loss_vectors(self.name, loss_pseudo, loss_human_true, loss_human_pseudo, w_h != 0 or w_hp != 0, w_p != 0)
+        _check_loss_vectors(
+            self.name, loss_pseudo, loss_human_true, loss_human_pseudo, w_h != 0 or w_hp != 0, w_p != 0
+        )
         total = loss_pseudo.new_zeros(()) if loss_pseudo.numel() else loss_human_true.new_zeros(())
         if w_p != 0:
             total = total + w_p * loss_pseudo.mean()
@@ -396,7 +441,9 @@ class ABCAlignObjective(RectifiedObjective):
     def weights(self):
         return 1.0, self._c, -self._c
 
-    def observe(self, correction_grads: torch.Tensor, ids: torch.Tensor | Sequence[int] | None = None) -> None:
+    def observe(
+        self, correction_grads: torch.Tensor, ids: torch.Tensor | Sequence[int] | None = None
+    ) -> None:
         """Add per-example corrections ``d_i`` ``(m, dim)`` (or ``(m,)``) to the window of the last ``W`` examples.
 
         ``ids`` ``(m,)`` name the human examples; a revisited example replaces its older row.
@@ -405,7 +452,9 @@ class ABCAlignObjective(RectifiedObjective):
             return
         d = _as_rows("correction_grads", correction_grads)
         if self._window.dim is not None and d.shape[1] != self._window.dim:
-            raise ValueError(f"correction_grads has dim {d.shape[1]}, the window holds dim {self._window.dim}")
+            raise ValueError(
+                f"correction_grads has dim {d.shape[1]}, the window holds dim {self._window.dim}"
+            )
         self._window.push(d, ids)
 
     def observe_pseudo(self, pseudo_grads: torch.Tensor) -> None:
@@ -528,7 +577,9 @@ class PPIPlusPlusObjective(RectifiedObjective):
         self._gt.push((sh - batch.human_labels[replica].unsqueeze(-1)) * gh, batch.human_ids)
         self._gh.push((sh - batch.human_pseudo_labels[replica].unsqueeze(-1)) * gh, batch.human_ids)
         sp = torch.sigmoid(batch.pseudo_margins[replica]).unsqueeze(-1)
-        self._gp.push((sp - batch.pseudo_labels[replica].unsqueeze(-1)) * batch.pseudo_grads[replica], batch.pseudo_ids)
+        self._gp.push(
+            (sp - batch.pseudo_labels[replica].unsqueeze(-1)) * batch.pseudo_grads[replica], batch.pseudo_ids
+        )
 
     def update_correction(self) -> float:
         if not self.adaptive or len(self._gt) < 2:
@@ -603,13 +654,18 @@ def rectified_loss_from_margins(
     (loss, parts) with ``parts`` the per-example loss vectors ``loss_pseudo``, ``loss_human_true``,
     ``loss_human_pseudo``.
     """
-    if margin.ndim != 1:
-        raise ValueError(f"margin must have shape (B,), got {tuple(margin.shape)}")
+    if not isinstance(objective, RectifiedObjective):
+        raise TypeError(
+            f"objective must be a RectifiedObjective (e.g. ABCAlignObjective), got {type(objective).__name__}"
+        )
+    _check_real("margin", margin, ndim=1)
     for name, t in (("human_labels", human_labels), ("pseudo_labels", pseudo_labels), ("is_human", is_human)):
         if not isinstance(t, torch.Tensor) or tuple(t.shape) != tuple(margin.shape):
             raise ValueError(
                 f"{name} must have the margin's shape {tuple(margin.shape)}, got {tuple(getattr(t, 'shape', ()))}"
             )
+        if t.is_meta or t.device != margin.device:
+            raise ValueError(f"{name} must hold data on the margin's device {margin.device}, got {t.device}")
     _check_labels("pseudo_labels", pseudo_labels)
     human = is_human.bool()
     _check_labels("human_labels", human_labels[human])

@@ -26,6 +26,7 @@ from neurips26.rl.abc_align.objective import (
     MarginBatch,
     RectifiedObjective,
     _check_labels,
+    _check_real,
     _soft_logistic,
     rectified_loss_from_margins,
 )
@@ -70,6 +71,10 @@ def abc_reward_loss(
                 return abc_reward_loss(chosen, rejected, extra["abc_is_human"].bool(),
                                        extra["abc_label"], extra["abc_pseudo_label"], self.objective)
     """
+    for name, t in (("rewards_chosen", rewards_chosen), ("rewards_rejected", rewards_rejected)):
+        _check_real(name, t, ndim=1)
+    if rewards_chosen.device != rewards_rejected.device:
+        raise ValueError("rewards_chosen and rewards_rejected must share a device")
     if rewards_chosen.shape != rewards_rejected.shape:
         raise ValueError(
             f"rewards_chosen {tuple(rewards_chosen.shape)} and rewards_rejected "
@@ -103,7 +108,9 @@ class PreferencePairs:
 
     def __post_init__(self) -> None:
         if self.first.shape != self.second.shape:
-            raise ValueError(f"first {tuple(self.first.shape)} and second {tuple(self.second.shape)} must match")
+            raise ValueError(
+                f"first {tuple(self.first.shape)} and second {tuple(self.second.shape)} must match"
+            )
         size = self.first.shape[0]
         for name in ("label", "pseudo_label"):
             value = getattr(self, name)
@@ -174,7 +181,9 @@ def per_example_margin_grads(
 
     def margin_sum(p, a, b):
         state = {**rest, **p, **buffers}
-        out = functional_call(model, state, (a.unsqueeze(0),)) - functional_call(model, state, (b.unsqueeze(0),))
+        out = functional_call(model, state, (a.unsqueeze(0),)) - functional_call(
+            model, state, (b.unsqueeze(0),)
+        )
         return out.sum()
 
     grads = vmap(grad(margin_sum), in_dims=(None, 0, 0))(probe, first, second)
@@ -268,7 +277,9 @@ class ABCRewardTrainer:
             self.probe_names = []
         elif isinstance(probe, str):
             if probe not in PROBES:
-                raise ValueError(f"probe must be one of {list(PROBES)} or a list of parameter names, got {probe!r}")
+                raise ValueError(
+                    f"probe must be one of {list(PROBES)} or a list of parameter names, got {probe!r}"
+                )
             names = [n for n, p in model.named_parameters() if p.requires_grad]
             self.probe_names = head_parameter_names(model) if probe == "head" else names
         else:
@@ -295,7 +306,9 @@ class ABCRewardTrainer:
         if out.ndim == 1:
             out = out.unsqueeze(0)
         if out.shape[0] != self.replicas:
-            raise ValueError(f"the model returns {out.shape[0]} replicas, but {self.replicas} objectives were given")
+            raise ValueError(
+                f"the model returns {out.shape[0]} replicas, but {self.replicas} objectives were given"
+            )
         return out
 
     def _probe_grads(self, first: torch.Tensor, second: torch.Tensor) -> torch.Tensor:
@@ -307,14 +320,20 @@ class ABCRewardTrainer:
         if out.ndim == 2:
             out = out.unsqueeze(0)
         if out.ndim != 3 or out.shape[:2] != (self.replicas, first.shape[0]):
-            raise ValueError(f"probe gradients must have shape (R, B, dim) = ({self.replicas}, {first.shape[0]}, dim)")
+            raise ValueError(
+                f"probe gradients must have shape (R, B, dim) = ({self.replicas}, {first.shape[0]}, dim)"
+            )
         return out.detach()
 
     def _observe(self, hi, pi, m_h, m_p, h_true, h_pseudo, p_label, first, second) -> None:
         batch = MarginBatch(m_h, h_true, h_pseudo, m_p, p_label, human_ids=hi, pseudo_ids=pi)
         if self.needs:
             k = hi.numel() if "pseudo" in self.needs else hi.numel()
-            grads = self._probe_grads(first, second) if "pseudo" in self.needs else self._probe_grads(first[:k], second[:k])
+            grads = (
+                self._probe_grads(first, second)
+                if "pseudo" in self.needs
+                else self._probe_grads(first[:k], second[:k])
+            )
             batch.human_grads = grads[:, : hi.numel()]
             if "pseudo" in self.needs:
                 batch.pseudo_grads = grads[:, hi.numel() :]
@@ -326,15 +345,25 @@ class ABCRewardTrainer:
         """Statistics at the current parameters on (up to ``window``) human and pseudo pairs."""
         R = self.replicas
         n, N = len(self.human), len(self.pseudo)
-        hi = torch.arange(n) if n <= self.window else torch.randperm(n, generator=self.generator)[: self.window]
+        hi = (
+            torch.arange(n)
+            if n <= self.window
+            else torch.randperm(n, generator=self.generator)[: self.window]
+        )
         pi = torch.randperm(N, generator=self.generator)[: min(N, self.window)]
         first = torch.cat([self.human.first[hi], self.pseudo.first[pi]], 0)
         second = torch.cat([self.human.second[hi], self.pseudo.second[pi]], 0)
         margins = self._margins(first, second)
         self._observe(
-            hi, pi, margins[:, : hi.numel()], margins[:, hi.numel() :],
-            _labels(self.human.label, hi, R), _labels(self.human.pseudo_label, hi, R), _labels(self.pseudo.label, pi, R),
-            first, second,
+            hi,
+            pi,
+            margins[:, : hi.numel()],
+            margins[:, hi.numel() :],
+            _labels(self.human.label, hi, R),
+            _labels(self.human.pseudo_label, hi, R),
+            _labels(self.pseudo.label, pi, R),
+            first,
+            second,
         )
 
     def step(self) -> dict[str, float]:

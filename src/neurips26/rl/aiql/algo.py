@@ -51,8 +51,27 @@ def expectile_loss(diff: torch.Tensor, tau: float) -> torch.Tensor:
         Expectile in the open interval (0, 1).
     """
     check_float("tau", tau, 0.0, 1.0, low_open=True, high_open=True)
+    _check_real("diff", diff)
+    if diff.numel() == 0:
+        raise ValueError("diff is empty: the mean of no residuals is undefined")
     weight = torch.where(diff < 0, 1.0 - tau, tau)
-    return (weight * diff.pow(2)).mean()
+    loss = (weight * diff.pow(2)).mean()
+    if not bool(torch.isfinite(loss)):
+        raise ValueError(f"diff is too large: its squared residuals overflow {diff.dtype}")
+    return loss
+
+
+def _check_real(name: str, t: Any) -> torch.Tensor:
+    """A finite floating-point tensor with data (not meta); raise naming ``name`` otherwise."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.is_meta:
+        raise ValueError(f"{name} is a meta tensor (no data); pass a materialised tensor")
+    if not t.is_floating_point():
+        raise TypeError(f"{name} must be a floating-point tensor, got {t.dtype}")
+    if not bool(torch.isfinite(t).all()):
+        raise ValueError(f"{name} contains NaN or inf")
+    return t
 
 
 def _check_batch(batch: Batch) -> None:
@@ -154,7 +173,9 @@ class AIQL:
     def critic_step(self, batch: Batch) -> float:
         z = self.z(batch)
         with torch.no_grad():
-            target = batch["reward"] + self.gamma * (1.0 - batch["done"].float()) * self.value(batch["next_global"])
+            target = batch["reward"] + self.gamma * (1.0 - batch["done"].float()) * self.value(
+                batch["next_global"]
+            )
         loss = sum(((c(batch["global"], z) - target) ** 2).mean() for c in self.critics)
         self.critic_opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -222,7 +243,13 @@ def make_aiql(
         torch.manual_seed(seed)
         actor = CandidateScoringActor(global_dim, cand_dim, hidden=hidden)
         value = StateValue(global_dim, hidden)
-        agent = AIQL(actor, lambda: StateActionCritic(global_dim, z_dim, hidden), value, action_features=feats, **kwargs)
+        agent = AIQL(
+            actor,
+            lambda: StateActionCritic(global_dim, z_dim, hidden),
+            value,
+            action_features=feats,
+            **kwargs,
+        )
     return agent
 
 
@@ -282,7 +309,11 @@ class BayesianRewardPredictor:
         self.feature_map = feature_map
         self.alpha = check_float("prior_precision", prior_precision, 0.0, low_open=True)
         self.backend = check_choice("backend", backend, ("blr", "ensemble"))
-        self.fixed_beta = None if noise_precision is None else check_float("noise_precision", noise_precision, 0.0, low_open=True)
+        self.fixed_beta = (
+            None
+            if noise_precision is None
+            else check_float("noise_precision", noise_precision, 0.0, low_open=True)
+        )
         self.members = check_int("members", members, low=2)
         self.seed = seed
         self.fitted = False
@@ -317,8 +348,12 @@ class BayesianRewardPredictor:
 
     def fit(self, X: torch.Tensor, y: torch.Tensor) -> BayesianRewardPredictor:
         """Fit on inputs ``X`` ``(M, d)`` and targets ``y`` ``(M,)``; returns ``self``."""
+        _check_real("X", X)
+        _check_real("y", y)
         if X.ndim != 2 or y.ndim != 1 or X.shape[0] != y.shape[0] or X.shape[0] == 0:
-            raise ValueError(f"fit needs X (M, d) and y (M,) with M >= 1, got {tuple(X.shape)}, {tuple(y.shape)}")
+            raise ValueError(
+                f"fit needs X (M, d) and y (M,) with M >= 1, got {tuple(X.shape)}, {tuple(y.shape)}"
+            )
         P, y = self._phi(X), y.double()
         self.mean_w, self.cov, self.beta = self._blr(P, y)
         if self.backend == "ensemble":
@@ -334,6 +369,7 @@ class BayesianRewardPredictor:
         """Predictive mean and standard deviation ``(M',)``, ``(M',)`` (float64)."""
         if not self.fitted:
             raise RuntimeError("call fit() before predict()")
+        _check_real("X", X)
         P = self._phi(X)
         if self.backend == "ensemble":
             preds = torch.stack([P @ w for w in self.ensemble])
@@ -367,7 +403,14 @@ class A2IQL:
         Actor learning rate (default the source's).
     """
 
-    def __init__(self, source: AIQL, reward_model: BayesianRewardPredictor | None, kappa: float = 1.0, eta: float = 1.0, lr: float | None = None) -> None:
+    def __init__(
+        self,
+        source: AIQL,
+        reward_model: BayesianRewardPredictor | None,
+        kappa: float = 1.0,
+        eta: float = 1.0,
+        lr: float | None = None,
+    ) -> None:
         self.source = source
         self.reward_model = reward_model
         self.kappa = check_float("kappa", kappa, 0.0)
@@ -383,7 +426,9 @@ class A2IQL:
         """``b(s, a) = μ_T(g, z) - κ σ_T(g, z)`` for the logged actions. Shapes: ``(E,)``."""
         if self.reward_model is None:
             return torch.zeros(batch["global"].shape[0])
-        x = torch.cat([batch["global"], aggregate_features(batch["candidates"], batch["mask"], batch["action"])], 1)
+        x = torch.cat(
+            [batch["global"], aggregate_features(batch["candidates"], batch["mask"], batch["action"])], 1
+        )
         mean, std = self.reward_model.predict(x)
         return (mean - self.kappa * std).float()
 
@@ -399,7 +444,9 @@ class A2IQL:
         bonus = torch.cat([self.bonus(b) for b in batches]).double()
         adv = torch.cat([self.source.advantage(b) for b in batches]).double()
         X = torch.cat([g.double(), torch.ones(g.shape[0], 1, dtype=torch.float64)], 1)
-        self.baseline_w = torch.linalg.solve(X.T @ X + ridge * torch.eye(X.shape[1], dtype=torch.float64), X.T @ bonus)
+        self.baseline_w = torch.linalg.solve(
+            X.T @ X + ridge * torch.eye(X.shape[1], dtype=torch.float64), X.T @ bonus
+        )
         centred = bonus - X @ self.baseline_w
         spread = float(centred.std()) if centred.numel() > 1 else 0.0
         self.scale = float(adv.std()) / spread if spread > 1e-12 else 0.0

@@ -51,6 +51,7 @@ from typing import Any
 
 import numpy as np
 
+from neurips26.common.checks import check_int
 from neurips26.common.optional import require
 
 gym = require("gymnasium", "envs")
@@ -187,7 +188,13 @@ class WarehouseConsolidationEnv(gym.Env):
         forecast1 = self._inbound_rate(t) / self.L
         forecast3 = sum(self._inbound_rate(t + k) for k in range(3)) / self.L
         glob = np.array(
-            [empty.mean(), *zone_empty, min(forecast1 * 5, 1.0), min(forecast3 * 2, 1.0), 1.0 - t / self.horizon],
+            [
+                empty.mean(),
+                *zone_empty,
+                min(forecast1 * 5, 1.0),
+                min(forecast3 * 2, 1.0),
+                1.0 - t / self.horizon,
+            ],
             dtype=np.float32,
         )
         cand = np.zeros((self.C, F_DIM), dtype=np.float32)
@@ -344,6 +351,11 @@ def heuristic_policy(obs: dict[str, np.ndarray], budget: int) -> np.ndarray:
     -------
     ndarray ``(budget,)`` int64.
     """
+    if not isinstance(obs, dict) or not {"candidates", "mask"} <= set(obs):
+        raise TypeError(
+            f"obs must be an observation dict with 'candidates' and 'mask', got {type(obs).__name__}"
+        )
+    check_int("budget", budget, low=0)
     scores = heuristic_scores(obs)
     C = len(scores)
     valid = np.flatnonzero(np.isfinite(scores))
@@ -354,10 +366,19 @@ def heuristic_policy(obs: dict[str, np.ndarray], budget: int) -> np.ndarray:
 
 
 def behaviour_policy(
-    obs: dict[str, np.ndarray], budget: int, rng: np.random.Generator, temperature: float = 0.5, epsilon: float = 0.1
+    obs: dict[str, np.ndarray],
+    budget: int,
+    rng: np.random.Generator,
+    temperature: float = 0.5,
+    epsilon: float = 0.1,
 ) -> np.ndarray:
     """The logging policy: heuristic scores with Gumbel-top-B sampling at ``temperature``, each slot
     replaced by a uniformly random candidate with probability ``epsilon``."""
+    if not isinstance(obs, dict) or not {"candidates", "mask"} <= set(obs):
+        raise TypeError(
+            f"obs must be an observation dict with 'candidates' and 'mask', got {type(obs).__name__}"
+        )
+    check_int("budget", budget, low=0)
     scores = heuristic_scores(obs)
     C = len(scores)
     valid = np.flatnonzero(np.isfinite(scores))

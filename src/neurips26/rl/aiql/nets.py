@@ -68,12 +68,19 @@ class CandidateScoringActor(nn.Module):
 
     def __init__(self, global_dim: int, cand_dim: int, hidden: int = 128, pool_dim: int = 32) -> None:
         super().__init__()
-        for name, v in (("global_dim", global_dim), ("cand_dim", cand_dim), ("hidden", hidden), ("pool_dim", pool_dim)):
+        for name, v in (
+            ("global_dim", global_dim),
+            ("cand_dim", cand_dim),
+            ("hidden", hidden),
+            ("pool_dim", pool_dim),
+        ):
             check_int(name, v, low=1)
         self.embed = nn.Linear(cand_dim, pool_dim)
         self.score = mlp([global_dim + cand_dim + 2 * pool_dim, hidden, hidden, 1])
 
-    def forward(self, global_feats: torch.Tensor, cand_feats: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, global_feats: torch.Tensor, cand_feats: torch.Tensor, mask: torch.Tensor
+    ) -> torch.Tensor:
         m = _check_batch(global_feats, cand_feats, mask)
         e = torch.relu(self.embed(cand_feats))  # (E, N, P)
         w = m.unsqueeze(-1).to(e.dtype)
@@ -128,7 +135,11 @@ class CandidateScoringActor(nn.Module):
 
     @staticmethod
     def select(
-        scores: torch.Tensor, mask: torch.Tensor, k: int, greedy: bool = True, generator: torch.Generator | None = None
+        scores: torch.Tensor,
+        mask: torch.Tensor,
+        k: int,
+        greedy: bool = True,
+        generator: torch.Generator | None = None,
     ) -> torch.Tensor:
         """Top-``k`` (greedy) or Gumbel-top-``k`` (a Plackett-Luce sample) ordered selection.
 
@@ -141,7 +152,9 @@ class CandidateScoringActor(nn.Module):
         m = mask.bool()
         counts = m.sum(1)
         if bool((counts < k).any()):
-            raise ValueError(f"k={k} exceeds the number of valid candidates ({int(counts.min())}) in some row")
+            raise ValueError(
+                f"k={k} exceeds the number of valid candidates ({int(counts.min())}) in some row"
+            )
         keys = scores.detach()
         if not greedy:
             u = torch.rand(scores.shape, generator=generator).clamp(1e-12, 1 - 1e-12)
@@ -151,7 +164,11 @@ class CandidateScoringActor(nn.Module):
 
 
 def select_padded(
-    scores: torch.Tensor, mask: torch.Tensor, k: int, greedy: bool = True, generator: torch.Generator | None = None
+    scores: torch.Tensor,
+    mask: torch.Tensor,
+    k: int,
+    greedy: bool = True,
+    generator: torch.Generator | None = None,
 ) -> torch.Tensor:
     """Like :meth:`CandidateScoringActor.select` but rows with fewer than ``k`` candidates are padded with ``-1``."""
     m = mask.bool()
@@ -181,10 +198,34 @@ def aggregate_features(
 
     Shapes: ``(E, N, F), (E, N), (E, K) -> (E, 2F + 3 + len(extra))``.
     """
-    N, F = cand_feats.shape[1], cand_feats.shape[2]
+    for name, t, ndim in (("cand_feats", cand_feats, 3), ("mask", mask, 2), ("selected", selected, 2)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.is_meta or t.device != cand_feats.device:
+            raise ValueError(
+                f"{name} must hold data on cand_feats' device {cand_feats.device}, got {t.device}"
+            )
+        if t.ndim != ndim:
+            raise ValueError(f"{name} must have {ndim} dimensions, got shape {tuple(t.shape)}")
+    if not cand_feats.is_floating_point():
+        raise TypeError(f"cand_feats must be a floating-point tensor, got {cand_feats.dtype}")
+    if selected.is_floating_point() or selected.dtype == torch.bool:
+        raise TypeError(f"selected must be an integer index tensor, got {selected.dtype}")
+    E, N, F = cand_feats.shape
+    if E == 0 or N == 0 or mask.shape != (E, N) or selected.shape[0] != E:
+        raise ValueError(
+            f"cand_feats (E, N, F) = {tuple(cand_feats.shape)} (E, N >= 1), mask (E, N) = {tuple(mask.shape)} and "
+            f"selected (E, K) = {tuple(selected.shape)} must agree"
+        )
     K = selected.shape[1]
     used = _valid_slots(selected, N) & mask.bool().gather(1, selected.clamp(0, N - 1))
     rows = cand_feats.gather(1, selected.clamp(0, N - 1).unsqueeze(-1).expand(-1, -1, F))  # (E, K, F)
+    if not bool(torch.isfinite(rows[used]).all()):
+        raise ValueError("cand_feats contains NaN or inf in a selected candidate row")
+    rows = torch.where(used.unsqueeze(-1), rows, torch.zeros_like(rows))  # padding never reaches the sums
+    for name, v in (extra or {}).items():
+        if not isinstance(v, torch.Tensor) or v.numel() != E:
+            raise TypeError(f"extra[{name!r}] must be a tensor of E = {E} values, got {type(v).__name__}")
     w = used.unsqueeze(-1).to(rows.dtype)
     count = w.sum(1)
     total = (rows * w).sum(1)
@@ -198,7 +239,9 @@ def aggregate_features(
     return torch.cat(parts, -1)
 
 
-def flat_action_features(cand_feats: torch.Tensor, mask: torch.Tensor, selected: torch.Tensor, extra=None) -> torch.Tensor:
+def flat_action_features(
+    cand_feats: torch.Tensor, mask: torch.Tensor, selected: torch.Tensor, extra=None
+) -> torch.Tensor:
     """The "standard IQL" action encoding: the selected rows' features concatenated in order (zeros for unused slots).
 
     Order-dependent and without domain aggregates (the symmetric baseline to AIQL's aggregate critic).
