@@ -178,8 +178,10 @@ def _run_inner(config: dict[str, Any], seed: int) -> SeedResult:
             table[key][NO_ATTACK] = {"rounds": None if math.isinf(r_clean) else r_clean,
                                      "deviation": target_deviation(clean[rule], target, start=1),
                                      "final": clean[rule][-1]}  # fmt: skip
-            if not math.isinf(r_clean):
-                trivial.append(key)  # the target is reached without any attack: the cell says nothing
+            if not math.isinf(r_clean) or clean[rule][-1] <= target + eps:
+                # the target is reached without any attack, or the clean model ends at or below it (no
+                # degradation is needed to get there): the cell says nothing about attacks
+                trivial.append(key)
             cells.append((key, target, traces))
             if rule == "fedavg":
                 any_fedavg.append(float(any(table[key][b]["rounds"] is not None for b in BASELINES)))
@@ -451,7 +453,9 @@ CLAIM = Claim(
         "Multi-Krum averages weighted by sample count and Flower's Bulyan selects by one-shot Multi-Krum instead "
         "of the paper's recursive Krum (documented and tested in neurips26.federated.robust). Scoring (declared "
         "with issue 25, before its numbers): a (rule, target) cell whose no-attack run already reaches and holds "
-        "the target says nothing about attacks and is left out of the criteria (listed in info.trivial_cells; "
+        "the target, or ends at or below target + eps (added by the integrator before the full run: under Krum "
+        "with label skew the clean model ends near 0.55, so 'reaching 0.6' there is no degradation), says "
+        "nothing about attacks and is left out of the criteria (listed in info.trivial_cells; "
         "if every cell is trivial all are scored); the clean-learning premise reads the no-attack FedAvg run; the "
         "reachability premise asks that some baseline attack reaches and holds the target under FedAvg (issue "
         "25), replacing 'LIE or MinMax reaches it in >= 20% of cells', which stays reported. Full profile: 5 "
