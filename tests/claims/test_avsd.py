@@ -1,0 +1,73 @@
+"""AVSD claim check: the arithmetic task and the smoke profile's structure, budgets and determinism."""
+
+import math
+import re
+
+from neurips26.claims.avsd import (
+    BASELINES,
+    CLAIM,
+    METHOD,
+    VIEWS,
+    final_answer,
+    problems,
+    step_accuracy,
+    tokenizer,
+)
+from neurips26.claims.runner import run_claim
+from neurips26.distill.avsd import build_views
+
+
+def test_problems_checker_and_views():
+    train, test = problems(300, 40, seed=3)
+    assert not {p["prompt"] for p in train} & {p["prompt"] for p in test}
+    assert all(p["n_ops"] == 3 for p in test) and {p["n_ops"] for p in train} == {2, 3}
+    tok = tokenizer()
+    for p in train[:50] + test:
+        steps = p["solution"].split(";")
+        assert len(steps) == p["n_ops"] and final_answer(p["solution"]) == p["answer"]
+        assert step_accuracy(p, p["solution"]) == 1.0
+        prev = None
+        for step in steps:  # every step is exact and chains on the previous result
+            x, op, y, r = re.fullmatch(r"(\d+)([+\-*])(\d)=(\d+)", step).groups()
+            assert int(r) == {"+": int(x) + int(y), "-": int(x) - int(y), "*": int(x) * int(y)}[op]
+            assert prev is None or x == prev
+            prev = r
+        full, part, ans = build_views(p, VIEWS)
+        assert ans == p["answer"] and full == p["solution"]
+        assert steps[-1] not in part  # the partial view never states the last step
+        for text in (p["prompt"], full, part):
+            ids = tok(text, add_special_tokens=False)["input_ids"]
+            assert tok.unk_token_id not in ids and tok.decode(ids) == text
+    assert final_answer("1+2=3;3*4=12") == "12" and final_answer("garbage") is None
+    assert step_accuracy(test[0], "") == 0.0
+
+
+def test_smoke_structure_budget_determinism_and_plot(tmp_path):
+    a = run_claim("avsd", "smoke", out=tmp_path / "a", force=True)
+    b = run_claim("avsd", "smoke", out=tmp_path / "b", force=True)
+    for crit in (*CLAIM.criteria, *CLAIM.premises):
+        for arm in crit.arms_used(CLAIM.method):
+            assert arm in a["metrics"][crit.metric], (crit.label, arm)
+    assert set(a["metrics"]["avg8"]) == set(CLAIM.arms)
+    for name, arms in a["metrics"].items():
+        if name == "train_s":
+            continue
+        for values in arms.values():
+            assert all(math.isfinite(v) for v in values), name
+    for key in ("avg8", "step_acc", "gate_mean", "jensen_mean", "sign_disagreement", "mechanics_ok"):
+        assert a["metrics"][key] == b["metrics"][key], key
+    assert set(CLAIM.glossary) == set(a["metrics"])
+    assert a["metrics"]["mechanics_ok"][METHOD] == [1.0]
+    assert (
+        0.0 <= a["metrics"]["gate_mean"][METHOD][0] <= 1.0 and a["metrics"]["jensen_mean"][METHOD][0] >= 0.0
+    )
+    info = a["info"][0]
+    budget = info["budget"]
+    assert set(budget) == {METHOD, *BASELINES}
+    for key in ("steps", "batch", "lr_grid", "rollouts_per_prompt", "params", "distill_prompts"):
+        assert len({str(rec[key]) for rec in budget.values()}) == 1, key
+    assert budget[METHOD]["steps"] == CLAIM.configs["smoke"]["steps"]
+    best = info["best_single_view"]
+    assert a["metrics"]["avg8"]["best_single_view"] == a["metrics"]["avg8"][best]
+    paths = CLAIM.plot(a, tmp_path / "plots")
+    assert paths and all(p.suffix == ".png" and p.stat().st_size > 0 for p in paths)
