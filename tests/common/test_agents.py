@@ -244,3 +244,34 @@ def test_textworld_game_generated_reset_stepped_and_ranked(tmp_path, tok):
         TextWorldEnv(tmp_path / "missing.z8")
     with pytest.raises(ValueError, match="difficulty"):
         generate_textworld_games(1, seed=0, difficulty=9)
+
+
+def test_env_batch_api_and_throughput(layouts):
+    from neurips26.common.agents import EnvBatch, env_steps_per_second, make_env_batch
+
+    batch = make_env_batch(keydoor_env_factory(layouts), [(0, None), (1, None)])
+    assert isinstance(batch, EnvBatch)
+    (o0, i0), (o1, _) = batch.reset()
+    assert o0 != o1
+    ((obs, r, term, trunc, info),) = batch.step([0], [i0["admissible_commands"][0]])
+    assert obs != o0 and r == 0.0
+    with pytest.raises(ValueError, match="indices"):
+        batch.step([0, 1], ["up"])
+    with pytest.raises(ValueError, match="executor"):
+        make_env_batch(keydoor_env_factory(layouts), [(0, None)], executor="threads")
+    stats = env_steps_per_second(keydoor_env_factory(layouts), [0, 1], episodes_per_task=2, steps=3)
+    assert stats["env_steps"] > 0 and stats["env_steps_per_s"] > 0
+
+
+@pytest.mark.slow
+def test_two_ray_actors_give_the_same_trajectories_as_in_process(layouts, tok):
+    pytest.importorskip("ray")
+    policy = tiny_policy(tok)
+    kw = dict(group_size=3, max_steps=6, seed=1, action_mode="rank", env_seed=5)
+    local = collect_rollouts(policy, tok, keydoor_env_factory(layouts), [0, 1, 2], **kw)
+    remote = collect_rollouts(
+        policy, tok, keydoor_env_factory(layouts), [0, 1, 2], executor="ray", num_workers=2, **kw
+    )
+    assert [t.actions for t in local.trajectories] == [t.actions for t in remote.trajectories]
+    assert [t.observations for t in local.trajectories] == [t.observations for t in remote.trajectories]
+    assert torch.equal(local.response_ids, remote.response_ids) and torch.equal(local.rewards, remote.rewards)

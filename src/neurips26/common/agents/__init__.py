@@ -19,6 +19,8 @@ and later agent work. Pieces:
   is an *invalid action*: no environment step, state unchanged) or chosen among the admissible
   commands by their sequence log-probability (``action_mode="rank"``, ALFWorld-style candidate
   ranking). Per-step ids, log-probs, entropies and masks are kept.
+* Environment workers (:mod:`neurips26.common.agents.workers`): in-process or sharded over Ray actors
+  (``executor="ray"``), with identical trajectories for identical seeds.
 * :func:`ppo_update` / :func:`train_agent`: the step-level PPO-clip loop. Every agent step is one
   training row with its own prompt; a per-step advantage ``A_{i,t}`` (from any estimator callable)
   is broadcast to the tokens of the response. The loss is :func:`neurips26.rl.losses.policy_loss`
@@ -78,8 +80,13 @@ from neurips26.common.agents.training import (
     ppo_update,
     train_agent,
 )
+from neurips26.common.agents.workers import EnvBatch, RayEnvBatch, env_steps_per_second, make_env_batch
 
 __all__ = [
+    "EnvBatch",
+    "RayEnvBatch",
+    "env_steps_per_second",
+    "make_env_batch",
     "SUCCESS_REWARD",
     "Estimator",
     "LossFn",

@@ -25,6 +25,7 @@ from neurips26.common.agents.envs import (
     keydoor_expert_action,
     to_hashable,
 )
+from neurips26.common.agents.workers import make_env_batch
 from neurips26.common.checks import check_choice, check_float, check_int, check_probability
 
 # ----------------------------------------------------------------------------------------------
@@ -208,6 +209,60 @@ def _generate_actions(policy, tokenizer, prompts, max_new_tokens, temperature, g
     return results, sum(len(r) for r in out_ids)
 
 
+def _run_episodes(
+    policy, tokenizer, envs, episodes, max_steps, temperature, greedy, action_mode, max_new_tokens, seed
+):
+    """The lock-step turn loop of :func:`collect_rollouts`; fills ``episodes`` in place."""
+    was_training = policy.training
+    policy.eval()
+    generator = torch.Generator().manual_seed(seed)
+    new_tokens = env_steps = 0
+    policy_s = env_s = 0.0
+    for t in range(max_steps):
+        active = [e for e, ep in enumerate(episodes) if not ep["done"]]
+        if not active:
+            break
+        prompts = [format_prompt(episodes[e]["obs"], episodes[e]["prev"]) for e in active]
+        t0 = time.perf_counter()
+        if action_mode == "rank":
+            chosen = _rank_actions(
+                policy, tokenizer, prompts, [episodes[e]["info"]["admissible_commands"] for e in active], temperature,
+                greedy, generator,
+            )  # fmt: skip
+            new_tokens += sum(len(c[1]) for c in chosen)
+        else:
+            chosen, n_tok = _generate_actions(
+                policy, tokenizer, prompts, max_new_tokens, temperature, greedy, generator
+            )
+            new_tokens += n_tok
+        policy_s += time.perf_counter() - t0
+        valid = [text in episodes[e]["info"]["admissible_commands"] for e, (text, *_) in zip(active, chosen)]
+        stepped = [e for e, ok in zip(active, valid) if ok]
+        t0 = time.perf_counter()
+        results = envs.step(stepped, [c[0] for c, ok in zip(chosen, valid) if ok]) if stepped else []
+        env_s += time.perf_counter() - t0
+        outcome = dict(zip(stepped, results))
+        env_steps += len(stepped)
+        for e, prompt, (text, ids, lps, ents), ok in zip(active, prompts, chosen, valid):
+            ep = episodes[e]
+            reward = 0.0
+            if ok:
+                obs, reward, terminated, truncated, info = outcome[e]
+                ep["obs"], ep["info"] = obs, info
+                ep["won"] = ep["won"] or bool(info.get("won", False))
+                ep["done"] = terminated or truncated
+            ep["prev"] = text if ok else "none"
+            ep["anchors"].append(to_hashable(ep["info"]["anchor_obs"]))
+            ep["actions"].append(text)
+            ep["rewards"].append(float(reward))
+            ep["steps"].append((prompt, ids, lps, ents, not ok))
+            if t + 1 >= max_steps:
+                ep["done"] = True
+    if was_training:
+        policy.train()
+    return new_tokens, env_steps, {"policy_s": policy_s, "env_s": env_s}
+
+
 def collect_rollouts(
     policy: torch.nn.Module,
     tokenizer: Any,
@@ -222,6 +277,8 @@ def collect_rollouts(
     max_new_tokens: int = 4,
     seed: int = 0,
     env_seed: int | None = None,
+    executor: str = "inprocess",
+    num_workers: int = 2,
 ) -> RolloutBatch:
     """Run ``group_size`` episodes per task in lock-step and return every agent step.
 
@@ -246,6 +303,10 @@ def collect_rollouts(
         Seeds the action sampling (one ``torch.Generator`` for the whole call).
     env_seed : int, optional
         Base seed passed to ``env.reset`` (episode ``e`` gets ``env_seed + e``).
+    executor : {"inprocess", "ray"}
+        Where the environments live (:mod:`neurips26.common.agents.workers`); trajectories are identical.
+    num_workers : int
+        Ray actors for ``executor="ray"``.
 
     Returns
     -------
@@ -258,57 +319,39 @@ def collect_rollouts(
     if isinstance(tasks, (str, bytes)) or len(tasks) == 0:
         raise ValueError("tasks must be a non-empty sequence of task ids")
     start = time.perf_counter()
+    specs = [
+        (task, None if env_seed is None else env_seed + k * group_size + j)
+        for k, task in enumerate(tasks)
+        for j in range(group_size)
+    ]
+    envs = make_env_batch(make_env, specs, executor, num_workers)
+    env_s = 0.0
     episodes = []  # per episode: dict of lists
-    for task in tasks:
-        for _ in range(group_size):
-            env, options = make_env(task)
-            e = len(episodes)
-            obs, info = env.reset(seed=None if env_seed is None else env_seed + e, options=options)
+    try:
+        t0 = time.perf_counter()
+        states = envs.reset()
+        env_s += time.perf_counter() - t0
+        for (task, _), (obs, info) in zip(specs, states):
             episodes.append(
-                dict(env=env, task=task, obs=obs, info=info, prev=None, done=False, anchors=[to_hashable(info["anchor_obs"])],
+                dict(task=task, obs=obs, info=info, prev=None, done=False, anchors=[to_hashable(info["anchor_obs"])],
                      actions=[], rewards=[], steps=[], won=False)
             )  # fmt: skip
-    was_training = policy.training
-    policy.eval()
-    generator = torch.Generator().manual_seed(seed)
-    new_tokens = env_steps = 0
-    policy_s = 0.0
-    for t in range(max_steps):
-        active = [ep for ep in episodes if not ep["done"]]
-        if not active:
-            break
-        prompts = [format_prompt(ep["obs"], ep["prev"]) for ep in active]
-        t0 = time.perf_counter()
-        if action_mode == "rank":
-            chosen = _rank_actions(
-                policy, tokenizer, prompts, [ep["info"]["admissible_commands"] for ep in active], temperature, greedy,
-                generator,
-            )  # fmt: skip
-            new_tokens += sum(len(c[1]) for c in chosen)
-        else:
-            chosen, n_tok = _generate_actions(
-                policy, tokenizer, prompts, max_new_tokens, temperature, greedy, generator
-            )
-            new_tokens += n_tok
-        policy_s += time.perf_counter() - t0
-        for ep, prompt, (text, ids, lps, ents) in zip(active, prompts, chosen):
-            valid = text in ep["info"]["admissible_commands"]
-            reward = 0.0
-            if valid:
-                obs, reward, terminated, truncated, info = ep["env"].step(text)
-                env_steps += 1
-                ep["obs"], ep["info"] = obs, info
-                ep["won"] = ep["won"] or bool(info.get("won", False))
-                ep["done"] = terminated or truncated
-            ep["prev"] = text if valid else "none"
-            ep["anchors"].append(to_hashable(ep["info"]["anchor_obs"]))
-            ep["actions"].append(text)
-            ep["rewards"].append(float(reward))
-            ep["steps"].append((prompt, ids, lps, ents, not valid))
-            if t + 1 >= max_steps:
-                ep["done"] = True
-    if was_training:
-        policy.train()
+        new_tokens, env_steps, policy_s = _run_episodes(
+            policy,
+            tokenizer,
+            envs,
+            episodes,
+            max_steps,
+            temperature,
+            greedy,
+            action_mode,
+            max_new_tokens,
+            seed,
+        )
+        env_s += policy_s.pop("env_s")
+        policy_s = policy_s["policy_s"]
+    finally:
+        envs.close()
     rows_p, rows_r, rows_lp, rows_ent = [], [], [], []
     rewards, invalid, group_ids, traj_ids, step_index, anchor_keys, trajs = [], [], [], [], [], [], []
     for e, ep in enumerate(episodes):
@@ -337,7 +380,8 @@ def collect_rollouts(
         "policy_s": policy_s,
         "new_tokens": float(new_tokens),
         "tokens_per_s": new_tokens / max(policy_s, 1e-9),
-        "env_steps_per_s": env_steps / max(seconds - policy_s, 1e-9),
+        "env_s": env_s,
+        "env_steps_per_s": env_steps / max(env_s, 1e-9),
     }
     return RolloutBatch(
         prompt_ids=p_ids,

@@ -164,6 +164,8 @@ def train_agent(
     max_iterations: int | None = None,
     seed: int = 0,
     callback: Callable[[int, RolloutBatch, dict], None] | None = None,
+    executor: str = "inprocess",
+    num_workers: int = 2,
 ) -> dict[str, Any]:
     """Generic multi-turn agent RL: rollouts -> per-step advantages -> optional transform -> PPO.
 
@@ -181,6 +183,8 @@ def train_agent(
         ``transform(advantages, batch) -> Tensor`` of the same shape.
     env_step_budget : int
         Total agent steps (turns) allowed, invalid actions included.
+    executor, num_workers
+        Environment workers (``"inprocess"`` or ``"ray"`` actors), see :func:`collect_rollouts`.
 
     Returns
     -------
@@ -203,12 +207,12 @@ def train_agent(
     while used < env_step_budget and (max_iterations is None or it < max_iterations):
         batch = collect_rollouts(
             policy, tokenizer, make_env, task_schedule(it), group_size=group_size, max_steps=max_steps,
-            action_mode=action_mode, max_new_tokens=max_new_tokens, seed=seed * 1_000_003 + it,
+            action_mode=action_mode, max_new_tokens=max_new_tokens, seed=seed * 1_000_003 + it, executor=executor, num_workers=num_workers,
         )  # fmt: skip
         timing["rollout_s"] += batch.stats["rollout_s"]
         timing["policy_s"] += batch.stats["policy_s"]
         timing["new_tokens"] += batch.stats["new_tokens"]
-        env_time += batch.stats["rollout_s"] - batch.stats["policy_s"]
+        env_time += batch.stats["env_s"]
         env_steps_total += batch.stats["env_steps"]
         t0 = time.perf_counter()
         adv = estimator(batch)
