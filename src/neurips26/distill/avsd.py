@@ -25,6 +25,27 @@ solution, partial solution, final answer) scores every sampled token. With stude
 With one view the target is that view's log-prob and the loss is exactly TRL SDFT's
 ``sampled_token`` (reverse-KL) self-distillation loss (``trl.experimental.sdft.loss_utils``), the
 single-view baseline.
+
+Trainer
+-------
+``AVSDTrainer`` (loaded lazily from this module, since importing TRL is slow) subclasses TRL's
+``trl.experimental.sdft.SDFTTrainer`` rather than re-implementing a loop: rollouts, teacher weights
+(fixed initial policy / live / EMA, PEFT adapters disabled for the fixed teacher), skipped tokens,
+importance clipping and temperature all stay SDFT's. It overrides only the batch preparation (one
+teacher prompt per view, all ``M`` views scored in one batched teacher forward) and the loss. SDFT
+exposes its objective only inside ``SDFTTrainer.compute_loss`` (plus the per-token helper
+``compute_sampled_token_self_distillation_loss``), so the baseline equality is tested against the
+trainer itself: ``AVSDTrainer`` with the single view ``full_solution`` and ``loss_agg="seq_mean"``
+gives the same loss and parameter gradients as ``SDFTTrainer.compute_loss`` in ``sampled_token``
+mode on a fixed batch (``tests/distill/test_avsd.py``). The privileged record of an example is a
+mapping (``solution``, ``answer``); :data:`VIEW_BUILDERS` turn it into the view texts.
+
+Shapes
+------
+- ``student_logprobs``: (B, T) sampled-token log-probs under the student (with grad).
+- ``view_logprobs``: (B, M, T) under each of the ``M`` view-teachers (no grad).
+- ``completion_mask``: (B, T); targets and gate statistics: (B, T).
+- :func:`sampled_token_logprobs`: student logits (B, T, V), view logits (B, M, T, V), ids (B, T).
 """
 
 from __future__ import annotations
