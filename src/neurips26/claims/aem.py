@@ -169,7 +169,7 @@ def plot(result: dict[str, Any], folder: Path) -> list[Path]:
 _COMMON = {**COMMON, "phrasing": "phrase", "arms": ARMS, "bandit_draws": 200}
 BC_BAND = (0.05, 0.8)
 GRPO_GAIN = 0.05
-FULL_BUDGET = 12_000
+FULL_BUDGET = 8_000
 QUICK_BUDGET = 2_000
 
 CLAIM = Claim(

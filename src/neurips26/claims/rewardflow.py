@@ -206,7 +206,7 @@ def run_arm(
         policy, tok, keydoor_env_factory(setup["train"], phrasing=config["phrasing"]), lambda it: schedule[it],
         estimate, env_step_budget=config["env_step_budget"], group_size=config["group_size"], max_steps=12,
         lr=config["rl_lr"], ppo=AgentPPOConfig(), transform=transform, ref_model=ref, seed=seed,
-        callback=callback,
+        callback=callback, executor=config.get("env_executor", "inprocess"),
     )  # fmt: skip
     policy.eval()
     ev = _evaluate(policy, setup, config, seed)
@@ -354,6 +354,7 @@ COMMON = dict(
     heldout_episodes=2,
     workers=2,
     threads=1,
+    env_executor="inprocess",  # "ray": environment workers on 2 Ray actors (same trajectories)
     arms=(METHOD, *BASELINES),
 )
 #: Declared before any run: the BC start must lie in this success band on the RL layouts, and GRPO
@@ -361,7 +362,7 @@ COMMON = dict(
 BC_BAND = (0.05, 0.8)
 GRPO_GAIN = 0.05
 UNIQUE_RATIO_MAX = 0.5
-FULL_BUDGET = 16_000
+FULL_BUDGET = 10_000
 QUICK_BUDGET = 2_000
 EVAL_ITEMS = {"smoke": 16, "quick": 64, "full": 128}
 #: Quick profile: fewer evaluation episodes (8 per RL layout, 1 per held-out layout).
