@@ -16,10 +16,14 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-import gymnasium
 import numpy as np
 import torch
-from gymnasium import spaces
+
+try:
+    import gymnasium
+    from gymnasium import spaces
+except ImportError as _err:  # pragma: no cover - gymnasium is part of the envs extra
+    raise ImportError("neurips26.common.agents needs gymnasium (pip install 'neurips26[envs]')") from _err
 
 from neurips26.common.checks import check_choice, check_int
 

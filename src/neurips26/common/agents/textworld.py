@@ -63,7 +63,7 @@ def generate_textworld_games(n: int, seed: int, difficulty: int = 1) -> list[Pat
         import textworld
     except ImportError as err:  # pragma: no cover - textworld is part of the agents extra
         raise ImportError(
-            "generate_textworld_games needs textworld (pip install 'neurips26[agents]')"
+            "generate_textworld_games needs textworld (pip install 'neurips26[textgames]')"
         ) from err
     from neurips26.common.cache import cache_root, cached_dir
 
@@ -118,7 +118,10 @@ class TextWorldEnv:
     def __init__(
         self, game_file: str | Path, max_steps: int = 25, success_reward: float = 10.0, dense: bool = False
     ):
-        import textworld
+        try:
+            import textworld
+        except ImportError as err:  # pragma: no cover - textworld is part of the textgames extra
+            raise ImportError("TextWorldEnv needs textworld (pip install 'neurips26[textgames]')") from err
 
         path = Path(game_file)
         if not path.is_file():
