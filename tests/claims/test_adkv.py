@@ -37,3 +37,26 @@ def test_adkv_smoke(tmp_path):
     assert again["metrics"] == res["metrics"]
     (png,) = CLAIM.plot(res, tmp_path / "plots")  # the hook reads the metrics this run wrote
     assert png.exists() and png.stat().st_size > 0
+
+
+def test_kept_reconstructions_do_not_change_the_byte_model():
+    # accuracy runs keep reconstructions (ADKV storage="simulated", KIVI keep_dequantized); the byte
+    # model they report must equal the packed store's
+    import torch
+
+    from neurips26.claims.adkv import _fill, _memory, make_caches
+    from neurips26.common.models import build_tiny_lm
+
+    model = build_tiny_lm("llama", vocab_size=50, seed=0)
+    cfg = model.config
+    heads, dim = cfg.num_key_value_heads, cfg.hidden_size // cfg.num_attention_heads
+    g = torch.Generator().manual_seed(0)
+    kv = [
+        (torch.randn(1, heads, 96, dim, generator=g), torch.randn(1, heads, 96, dim, generator=g))
+        for _ in range(cfg.num_hidden_layers)
+    ]
+    kept, packed = make_caches(cfg, None, 2, 32, keep=True), make_caches(cfg, None, 2, 32, keep=False)
+    for arm in ("adkv", "static_g32", "kivi"):
+        _fill(kept[arm], kv)
+        _fill(packed[arm], kv)
+        assert _memory(kept[arm], cfg.num_hidden_layers) == _memory(packed[arm], cfg.num_hidden_layers), arm

@@ -55,14 +55,25 @@ def _calib_batches(tok, model, config: dict, seed: int) -> list[torch.Tensor]:
 
 
 # ------------------------------------------------------------------------------------- protocol
-def make_caches(model_config, adkv_params, bits: int, kivi_residual: int, keep: bool = True) -> dict[str, Any]:
-    """One fresh cache per arm (``full`` = full-precision DynamicCache), in a fixed order."""
+def make_caches(
+    model_config, adkv_params, bits: int, kivi_residual: int, keep: bool = True
+) -> dict[str, Any]:
+    """One fresh cache per arm (``full`` = full-precision DynamicCache), in a fixed order.
+
+    ``keep=True`` (accuracy runs) keeps each quantised cache's reconstructions beside its codes, as
+    KIVI's ``keep_dequantized`` does: ADKV's ``storage="simulated"`` gives generations and scores
+    bit-identical to the packed store (tests/inference/test_adkv.py) without replaying the whole code
+    stream at every decode step, and the byte model (``memory_bytes(fp_itemsize=2)``) counts only the
+    codes, metadata and window, never the kept reconstructions. The decode benchmark (``keep=False``)
+    times the packed store.
+    """
     from transformers import DynamicCache
 
+    storage = "simulated" if keep else "packed"
     return {
         "full": DynamicCache(config=model_config),
-        "adkv": ADKVCache(model_config, ADKVConfig(bits=bits), params=adkv_params),
-        "adkv_uncalibrated": ADKVCache(model_config, ADKVConfig(bits=bits)),
+        "adkv": ADKVCache(model_config, ADKVConfig(bits=bits, storage=storage), params=adkv_params),
+        "adkv_uncalibrated": ADKVCache(model_config, ADKVConfig(bits=bits, storage=storage)),
         "static_g32": GroupwiseStaticCache(model_config, bits=bits, group_size=32, keep_dequantized=keep),
         "static_g128": GroupwiseStaticCache(model_config, bits=bits, group_size=128, keep_dequantized=keep),
         "kivi": KIVICache(
@@ -92,7 +103,9 @@ def _memory(cache, n_layers: int) -> dict[str, float]:
     }
 
 
-def _decode_benchmark(model, adkv_params, config: dict[str, Any], contexts: tuple[int, ...], steps: int) -> dict[str, Any]:
+def _decode_benchmark(
+    model, adkv_params, config: dict[str, Any], contexts: tuple[int, ...], steps: int
+) -> dict[str, Any]:
     """Decode-step latency, stored bytes and peak memory of each cache vs DynamicCache (one run)."""
     from neurips26.inference.benchmark import decode_benchmark
 
@@ -119,7 +132,9 @@ def _run(config: dict[str, Any], seed: int) -> SeedResult:
         load_s = time.perf_counter() - start
         template = config.get("template", "chat")
         length, n = config["length"], config["n_per_task"]
-        items = [it for t in config["tasks"] for it in ruler.generate(t, tok, length, n, seed, template=template)]
+        items = [
+            it for t in config["tasks"] for it in ruler.generate(t, tok, length, n, seed, template=template)
+        ]
         bits = config["bits"]
         calib_start = time.perf_counter()
         batches = _calib_batches(tok, model, config, seed)
@@ -147,7 +162,9 @@ def _run(config: dict[str, Any], seed: int) -> SeedResult:
         eval_s = time.perf_counter() - eval_start
         bench = None
         if config.get("benchmark") and seed == 0:
-            bench = _decode_benchmark(model, params, config, tuple(config["bench_contexts"]), config["bench_steps"])
+            bench = _decode_benchmark(
+                model, params, config, tuple(config["bench_contexts"]), config["bench_steps"]
+            )
     arms = (METHOD, *BASELINES_AND_REFS)
 
     def mean(arm: str, key: str, task: str | None = None) -> float:
@@ -170,8 +187,14 @@ def _run(config: dict[str, Any], seed: int) -> SeedResult:
         "excluded_tasks": dict(EXCLUDED_TASKS),
         "length": length,
         "n_items": len(items),
-        "budget": {a: {"avg_bits": metrics["code_bits"][a], "density": 1.0,
-                       "bits_per_element_incl_metadata": metrics["bits_per_element"][a]} for a in arms},
+        "budget": {
+            a: {
+                "avg_bits": metrics["code_bits"][a],
+                "density": 1.0,
+                "bits_per_element_incl_metadata": metrics["bits_per_element"][a],
+            }
+            for a in arms
+        },
         "examples": {a: [r["prediction"][:60] for r in rows[a][:3]] for a in arms},
         "calibration_s": calib_s,
         "load_s": load_s,
