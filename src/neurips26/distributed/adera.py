@@ -462,6 +462,8 @@ def encode_shard(
         The smallest payload among ``config.modes`` (ties go to the earlier of sparse, bitmap, block, raw).
     """
     config = config or AdERAConfig()
+    if not isinstance(config, AdERAConfig):
+        raise TypeError(f"config must be an AdERAConfig, got {type(config).__name__}")
     _check_float_tensor("x", x)
     flat = _flat(x)
     m = flat.numel()
@@ -546,6 +548,14 @@ def decode_payload(
             "an overflow payload carries no data; the shard comes from the raw fallback collective"
         )
     m, dtype, body = payload.numel, payload.dtype, payload.body
+    if not isinstance(body, torch.Tensor) or body.is_meta or body.dtype != torch.uint8 or body.dim() != 1:
+        raise ValueError(
+            f"payload.body must be a 1-D uint8 tensor with data, got {getattr(body, 'shape', body)}"
+        )
+    if payload.mode == "raw" and body.numel() != m * torch.empty((), dtype=dtype).element_size():
+        raise ValueError(
+            f"payload.body of a raw payload must hold {m} {dtype} elements, got {body.numel()} bytes"
+        )
     if out is None:
         out = torch.empty(m, dtype=dtype, device=body.device)
     if payload.mode == "raw":
@@ -1965,6 +1975,8 @@ def simulate(
     check_int("P", P, low=2)
     if not layers:
         raise ValueError("layers must not be empty")
+    if not isinstance(network, Network):
+        raise TypeError(f"network must be a Network, got {type(network).__name__}")
     cod = {**DEFAULT_CODECS, **(codecs or {})}
     unknown = set(cod) - set(DEFAULT_CODECS)
     if unknown:

@@ -88,7 +88,7 @@ class AmarisConfig:
 
     def __post_init__(self) -> None:
         check_float("budget", self.budget, 0.0, 1.0)
-        check_float("alpha", self.alpha)
+        check_float("alpha", self.alpha, -math.inf, math.inf, low_open=True, high_open=True)
         check_float("max_rank_frac", self.max_rank_frac, 0.0, 1.0, low_open=True)
         check_float("eps_rel", self.eps_rel, 0.0, low_open=True)
         check_choice("mode", self.mode, ("per_layer", "global"))
@@ -341,6 +341,8 @@ def amaris_merge(base_sd: dict, specialist_sd: dict, spec_moments: dict, base_mo
         Mismatched shapes.
     """
     config = config or AmarisConfig()
+    if not isinstance(config, AmarisConfig):
+        raise TypeError(f"config must be an AmarisConfig, got {type(config).__name__}")
     _check_pair(base_sd, specialist_sd)
     start = time.perf_counter()
     modules = config.modules if config.modules is not None else sorted(spec_moments)
@@ -355,6 +357,12 @@ def amaris_merge(base_sd: dict, specialist_sd: dict, spec_moments: dict, base_mo
         wb, ws = base_sd[f"{m}.weight"], specialist_sd[f"{m}.weight"]
         if wb.dim() != 2:
             raise ValueError(f"parameter '{m}.weight' must be 2-D to be gated, got shape {tuple(wb.shape)}")
+        for what, t in ((f"specialist '{m}.weight'", ws), (f"spec_moments[{m!r}]", spec_moments[m]),
+                        (f"base_moments[{m!r}]", base_moments[m])):
+            if not isinstance(t, torch.Tensor) or t.is_meta:
+                raise ValueError(f"{what} must be a tensor with data")
+            if not bool(torch.isfinite(t).all()):
+                raise ValueError(f"{what} contains NaN or inf")
         delta = ws.double() - wb.double()
         max_rank = min(math.ceil(config.max_rank_frac * delta.shape[0]), delta.shape[0])
         Q, stats = amaris_gate(delta, spec_moments[m], base_moments[m], config.budget, max_rank, config.eps_rel,

@@ -53,6 +53,12 @@ def functional_entropy(values: torch.Tensor, dim: int = -1, eps: float = 1e-12) 
     """
     if not isinstance(values, torch.Tensor):
         raise TypeError(f"values must be a tensor, got {type(values).__name__}")
+    if values.is_meta:
+        raise ValueError("values is a meta tensor (no data); pass a materialised tensor")
+    check_int("dim", dim, -values.dim(), values.dim() - 1)
+    check_float("eps", eps, 0.0, low_open=True)
+    if not bool(torch.isfinite(values).all()):
+        raise ValueError("values contains NaN or inf")
     if values.shape[dim] < 2:
         raise ValueError(f"functional_entropy needs at least 2 samples along dim {dim}, got {values.shape[dim]}")
     if (values < 0).any():
@@ -94,8 +100,16 @@ def modality_contributions(forward_fn: Callable[[torch.Tensor], torch.Tensor], i
     check_float("sigma_rel", sigma_rel, 0.0, low_open=True)
     check_int("num_samples", num_samples, low=2)
     check_choice("f", f, ("prob", "kl"))
-    if inputs_embeds.dim() != 3:
-        raise ValueError(f"inputs_embeds must be (B, L, d), got {tuple(inputs_embeds.shape)}")
+    if not isinstance(inputs_embeds, torch.Tensor):
+        raise TypeError(f"inputs_embeds must be a torch.Tensor, got {type(inputs_embeds).__name__}")
+    if inputs_embeds.is_meta:
+        raise ValueError("inputs_embeds is a meta tensor (no data); pass a materialised tensor")
+    if not inputs_embeds.is_floating_point():
+        raise TypeError(f"inputs_embeds must be a floating-point tensor, got {inputs_embeds.dtype}")
+    if inputs_embeds.dim() != 3 or inputs_embeds.shape[0] == 0:
+        raise ValueError(f"inputs_embeds must be (B >= 1, L, d), got {tuple(inputs_embeds.shape)}")
+    if not bool(torch.isfinite(inputs_embeds).all()):
+        raise ValueError("inputs_embeds contains NaN or inf")
     B, L, _ = inputs_embeds.shape
     if not modality_masks:
         raise ValueError("modality_masks must not be empty")
@@ -108,6 +122,8 @@ def modality_contributions(forward_fn: Callable[[torch.Tensor], torch.Tensor], i
             raise ValueError("modality masks overlap (exclusive=True)")
     with torch.no_grad():
         clean = torch.log_softmax(forward_fn(inputs_embeds).double(), -1)  # (B, V)
+        if not bool(torch.isfinite(clean).all()):
+            raise ValueError("forward_fn returned NaN/inf logits for inputs_embeds (too large for the model?)")
         pred = clean.argmax(-1)
         out = {}
         for name, m in modality_masks.items():
@@ -119,6 +135,8 @@ def modality_contributions(forward_fn: Callable[[torch.Tensor], torch.Tensor], i
                 noise = torch.randn(inputs_embeds.shape, generator=generator, dtype=inputs_embeds.dtype)
                 pert = inputs_embeds + sigma_rel * rms[:, None, None] * noise * mf
                 logp = torch.log_softmax(forward_fn(pert).double(), -1)
+                if not bool(torch.isfinite(logp).all()):
+                    raise ValueError("forward_fn returned NaN/inf logits for perturbed inputs_embeds")
                 if f == "prob":
                     samples.append(logp.gather(-1, pred[:, None])[:, 0].exp())
                 else:

@@ -186,8 +186,25 @@ def decompose_gaps(update: EditUpdate, K_s: torch.Tensor, K_t: torch.Tensor, R_t
 def decompose_gap(update: EditUpdate, i: int, k_s: torch.Tensor, k_t: torch.Tensor, r_t: torch.Tensor,
                   C0: torch.Tensor | None = None) -> GapDecomposition:
     """Decomposition for request ``i`` of ``update`` (its column of ``update.R_s``); vectors (d_v,)."""
+    if not isinstance(update, EditUpdate):
+        raise TypeError(f"update must be an EditUpdate, got {type(update).__name__}")
     n = update.R_s.shape[1]
     check_int("i", i, 0, n - 1)
+    d_v, d_k = update.delta_W.shape
+    for name, x, size in (("k_s", k_s, d_k), ("k_t", k_t, d_k), ("r_t", r_t, d_v)):
+        if not isinstance(x, torch.Tensor) or x.is_meta:
+            raise ValueError(f"{name} must be a tensor with data, got {getattr(x, 'device', type(x).__name__)}")
+        if x.dtype == torch.bool or x.is_complex():
+            raise TypeError(f"{name} must be a real-valued tensor, got {x.dtype}")
+        if tuple(x.shape) != (size,):
+            raise ValueError(f"{name} must have shape ({size},), got {tuple(x.shape)}")
+        if not bool(torch.isfinite(x).all()):
+            raise ValueError(f"{name} contains NaN or inf")
+    if C0 is not None:
+        if not isinstance(C0, torch.Tensor) or C0.is_meta or tuple(C0.shape) != (d_k, d_k):
+            raise ValueError(f"C0 must be a ({d_k}, {d_k}) tensor with data, got {getattr(C0, 'shape', C0)}")
+        if C0.dtype == torch.bool or not bool(torch.isfinite(C0).all()):
+            raise ValueError("C0 must be a finite real-valued matrix")
     K_s = update.K_s.double().clone()
     K_t = K_s.clone()
     R_t = update.R_s.double().clone()

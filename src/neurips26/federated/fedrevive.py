@@ -361,6 +361,24 @@ class SyncFedAvg(FedBuff):
         super().__init__(buffer_size=num_clients, server_lr=server_lr, staleness_exp=0.0)
 
 
+def _check_input(name: str, x: Any, module: nn.Module | None = None) -> Tensor:
+    """A finite floating-point tensor with data, in ``module``'s parameter dtype/device; raise naming ``name``."""
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.is_meta:
+        raise ValueError(f"{name} is a meta tensor (no data); pass a materialised tensor")
+    if not x.is_floating_point():
+        raise TypeError(f"{name} must be a floating-point tensor, got {x.dtype}")
+    param = next(module.parameters(), None) if module is not None else None
+    if param is not None and (x.dtype != param.dtype or x.device != param.device):
+        raise TypeError(
+            f"{name} is {x.dtype} on {x.device} but the module's parameters are {param.dtype} on {param.device}"
+        )
+    if not bool(torch.isfinite(x).all()):
+        raise ValueError(f"{name} contains NaN or inf")
+    return x
+
+
 class ConditionalGenerator(nn.Module):
     """Conditional generator ``G_phi(z, y)`` of pseudo-samples in ``[0, 1]``.
 
@@ -416,8 +434,11 @@ class ConditionalGenerator(nn.Module):
             )  # fmt: skip
 
     def forward(self, z: Tensor, y: Tensor) -> Tensor:
-        if z.ndim != 2 or z.shape[1] != self.z_dim:
-            raise ValueError(f"z must have shape (B, {self.z_dim}), got {tuple(z.shape)}")
+        _check_input("z", z, self)
+        if z.ndim != 2 or z.shape[0] == 0 or z.shape[1] != self.z_dim:
+            raise ValueError(f"z must have shape (B >= 1, {self.z_dim}), got {tuple(z.shape)}")
+        if not isinstance(y, Tensor) or y.is_meta or y.device != z.device:
+            raise ValueError(f"y must be a tensor with data on z's device {z.device}")
         if y.shape != (z.shape[0],):
             raise ValueError(f"y must have shape ({z.shape[0]},), got {tuple(y.shape)}")
         h = torch.cat([z, F.one_hot(y.long(), self.num_classes).to(z.dtype)], dim=1)
@@ -529,6 +550,10 @@ class FedRevive(FedBuff):
         super().__init__(buffer_size, server_lr, staleness_exp)
         self.num_classes = check_int("num_classes", num_classes, low=2)
         self.input_shape = tuple(input_shape)
+        if not self.input_shape or any(
+            isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in self.input_shape
+        ):
+            raise ValueError(f"input_shape must be a non-empty tuple of positive ints, got {input_shape!r}")
         self.version_window = check_int("version_window", version_window, low=0)
         self.keep_versions = version_window + 1
         self.beta_max = check_float("beta_max", beta_max, 0.0, 1.0)

@@ -89,6 +89,12 @@ def _check_graph(x: Tensor, edge_index: Adjacency, in_channels: int | None = Non
         raise ValueError(f"x has {x.size(1)} features but the model was built with in_channels={in_channels}")
     if not torch.is_floating_point(x):
         raise TypeError(f"x must be a floating-point tensor, got {x.dtype}")
+    if x.is_meta:
+        raise ValueError("x is a meta tensor (no data); pass a materialised tensor")
+    if not bool(torch.isfinite(x).all()):
+        raise ValueError("x contains NaN or inf")
+    if isinstance(edge_index, Tensor) and edge_index.is_meta:
+        raise ValueError("edge_index is a meta tensor (no data); pass a materialised tensor")
     if isinstance(edge_index, Tensor) and is_torch_sparse_tensor(edge_index):
         if tuple(edge_index.shape) != (x.size(0), x.size(0)):
             raise ValueError(
@@ -314,6 +320,12 @@ class GCNMLP(nn.Module):
     ) -> tuple[Tensor, Tensor]:
         """Return ``(z_gcn, z_mlp)``, each ``[N, out_channels]``."""
         _check_graph(x, edge_index, self.config.in_channels)
+        param = next(self.parameters())
+        if x.dtype != param.dtype or x.device != param.device:
+            raise TypeError(
+                f"x is {x.dtype} on {x.device} but the model's parameters are {param.dtype} on {param.device} "
+                "(convert the model or the input)"
+            )
         xs = self.gcn_input(x, edge_index)
         if self.propagate is not None:
             xs = self.propagate(xs, edge_index, edge_weight)

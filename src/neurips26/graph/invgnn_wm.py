@@ -162,6 +162,8 @@ def normalized_algebraic_connectivity(
     if num_nodes < 2:
         raise ValueError(f"num_nodes must be >= 2 (a carrier needs at least 2 nodes), got {num_nodes}")
     check_choice("normalization", normalization, NORMALIZATIONS)
+    if isinstance(edge_index, Tensor) and edge_index.is_meta:
+        raise ValueError("edge_index is a meta tensor (no data); pass a materialised tensor")
     adj = _dense_adjacency(edge_index, num_nodes)
     from scipy.sparse.csgraph import connected_components
 
@@ -614,6 +616,7 @@ class WatermarkKey:
     def __post_init__(self) -> None:
         check_int("seed", self.seed, low=0)
         check_int("num_carriers", self.num_carriers, low=8)
+        check_float("reference", self.reference, 0.0, 1.0)  # a normalised algebraic connectivity
         check_choice("task", self.task, TASKS)
         self.families = tuple(self.families)
         self.n_range = (int(self.n_range[0]), int(self.n_range[1]))

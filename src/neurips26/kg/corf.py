@@ -175,6 +175,14 @@ def receptive_field(
 
 
 # ------------------------------------------------------------------------------------------ model
+
+
+def _check_data(queries: Tensor) -> None:
+    """``queries`` must hold data (a meta tensor cannot be range-checked)."""
+    if isinstance(queries, Tensor) and queries.is_meta:
+        raise ValueError("queries is a meta tensor (no data); pass a materialised tensor")
+
+
 class CMPLayer(MessagePassing):
     """One progressive DistMult CMP layer over a batch of query-conditioned node states.
 
@@ -381,6 +389,7 @@ class FullGraphExecutor:
     def scores(self, queries: Tensor, graph: Data) -> Tensor:
         """Full-entity scores ``[B, N]``."""
         edge_index, edge_type, n = _graph_parts(graph)
+        _check_data(queries)
         check_queries(queries, n, self.model.num_relations)
         deg = _full_in_degree(graph)
         t0 = time.perf_counter()
@@ -413,6 +422,7 @@ class SubgraphExecutor:
     def scores(self, queries: Tensor, graph: Data) -> Tensor:
         """Full-entity scores ``[B, N]``; entities outside a query's subgraph get the unreached score."""
         edge_index, edge_type, n = _graph_parts(graph)
+        _check_data(queries)
         check_queries(queries, n, self.model.num_relations)
         deg = _full_in_degree(graph)
         out = _fill_unreached(self.model, queries, n)
@@ -750,6 +760,7 @@ class CoRFExecutor:
     ) -> Tensor:
         """Full-entity scores ``[B, N]``; ``plan`` reuses a precomputed ``(supports, residual)``."""
         edge_index, edge_type, n = _graph_parts(graph)
+        _check_data(queries)
         check_queries(queries, n, self.model.num_relations)
         supports, residual = self.plan(queries, graph) if plan is None else plan
         out = _fill_unreached(self.model, queries, n)

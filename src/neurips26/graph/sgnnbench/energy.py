@@ -19,6 +19,7 @@ updates, activations, dropout) is not counted, by the usual convention.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -114,8 +115,10 @@ def energy_report(
     -------
     EnergyReport
     """
-    check_float("e_mac", e_mac, 0.0)
-    check_float("e_ac", e_ac, 0.0)
+    check_float("e_mac", e_mac, 0.0, high=math.inf, high_open=True)
+    check_float("e_ac", e_ac, 0.0, high=math.inf, high_open=True)
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     names = {id(m): n or type(m).__name__ for n, m in model.named_modules()}
     rows: dict[str, dict] = {}
 

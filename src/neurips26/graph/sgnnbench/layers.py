@@ -42,9 +42,24 @@ def make_norm(norm: str, channels: int) -> nn.Module:
     return nn.BatchNorm1d(channels) if norm == "bn" else nn.Identity()
 
 
-def _check(x: Tensor, edge_index: Tensor) -> None:
+def _check(x: Tensor, edge_index: Tensor, like: nn.Module | None = None) -> None:
+    """Validate ``(x, edge_index)``; with ``like``, ``x`` must also match that module's parameter dtype/device."""
     if not isinstance(x, Tensor) or x.dim() != 2:
         raise ValueError(f"x must be a [N, F] tensor, got {getattr(x, 'shape', type(x))}")
+    if x.is_meta:
+        raise ValueError("x is a meta tensor (no data); pass a materialised tensor")
+    if not x.is_floating_point():
+        raise TypeError(f"x must be a floating-point tensor, got {x.dtype}")
+    param = next(like.parameters(), None) if like is not None else None
+    if param is not None and (x.dtype != param.dtype or x.device != param.device):
+        raise TypeError(
+            f"x is {x.dtype} on {x.device} but the model's parameters are {param.dtype} on {param.device} "
+            "(convert the model or the input)"
+        )
+    if not bool(torch.isfinite(x).all()):
+        raise ValueError("x contains NaN or inf")
+    if isinstance(edge_index, Tensor) and edge_index.is_meta:
+        raise ValueError("edge_index is a meta tensor (no data); pass a materialised tensor")
     if isinstance(edge_index, Tensor) and is_torch_sparse_tensor(edge_index):
         if tuple(edge_index.shape) != (x.size(0), x.size(0)):
             raise ValueError(
@@ -178,7 +193,7 @@ class SpikingGCNConv(MessagePassing):
         self.neuron = make_neuron(neuron, **neuron_kwargs)
 
     def forward(self, x: Tensor, edge_index: Tensor, edge_weight: Tensor | None = None) -> Tensor:
-        _check(x, edge_index)
+        _check(x, edge_index, self)
         if x.size(1) != self.in_channels:
             raise ValueError(f"x has {x.size(1)} channels, layer expects in_channels={self.in_channels}")
         z = self.norm(self.lin(self.prop(x, edge_index, edge_weight)))

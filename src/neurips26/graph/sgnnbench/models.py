@@ -155,7 +155,7 @@ class SGNN(nn.Module):
         return x.clamp(0.0, 1.0)
 
     def forward(self, x: Tensor, edge_index: Tensor, edge_weight: Tensor | None = None) -> Tensor:
-        _check(x, edge_index)
+        _check(x, edge_index, self)
         if x.size(1) != self.in_channels:
             raise ValueError(f"x has {x.size(1)} features, model expects in_channels={self.in_channels}")
         for m in self.neurons().values():

@@ -165,6 +165,8 @@ class IF(nn.Module):
     def forward(self, current: Tensor) -> Tensor:
         if not isinstance(current, Tensor) or not torch.is_floating_point(current):
             raise TypeError("current must be a floating-point tensor")
+        if current.is_meta:  # (no finiteness scan here: this runs T times per layer in the training loop)
+            raise ValueError("current is a meta tensor (no data); pass a materialised tensor")
         if self.v is None or self.v.shape != current.shape:
             if self.v is not None:
                 raise ValueError(

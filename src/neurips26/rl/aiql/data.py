@@ -124,6 +124,10 @@ class OfflineRankingDataset(torch.utils.data.Dataset):
     """
 
     def __init__(self, records: dict[str, Any], reward_key: str = "reward") -> None:
+        if not isinstance(records, dict) or "candidates" not in records:
+            raise TypeError(f"records must be a dict with a 'candidates' column, got {type(records).__name__}")
+        if not isinstance(reward_key, str) or reward_key not in records:
+            raise ValueError(f"reward_key {reward_key!r} is not a column of records ({sorted(records)})")
         self.records = records
         self.reward_key = reward_key
         self.size = len(records["candidates"])
