@@ -558,7 +558,7 @@ CLAIM = Claim(
         "sampled accuracy on a separate 64-problem validation split reaches 25%; held-out pass@1 in the spec's "
         "20-40% window is still a premise judged on the test split. How much a view helps the SFT model varies "
         "by seed (quick profile, seeds 0/1/2: full-solution teacher +3/+6/+44 points over the student), and at the "
-        "quick budget no distillation arm moved more than 2.2 points from the SFT start. GRPO and the consensus-only / arithmetic-mean aggregations are not run (the last two are modes "
+        "quick budget every distillation arm stayed within 4 points of the SFT start (largest gain +2.0, largest loss -3.6). GRPO and the consensus-only / arithmetic-mean aggregations are not run (the last two are modes "
         "of the same loss, tested in tests/distill/test_avsd.py). best_single_view is chosen per seed on the "
         "held-out metric, which favours the baseline. Quick profile: 1 seed, so the evidence criterion (>= 3 seeds) "
         "is inconclusive there by design."
