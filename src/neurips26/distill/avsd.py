@@ -216,7 +216,9 @@ def avsd_loss(
     config: AVSDConfig | None = None,
     token_weights: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
-    """Sampled-token AVSD loss :math:`-\\operatorname{mean}_{mask}\\, \\operatorname{sg}(\\log q^* - \\ell_S)\\,\\ell_S`.
+    """Sampled-token AVSD loss, a stop-gradient surrogate of the reverse KL to the AVSD target.
+
+    .. math:: \\mathcal{L} = -\\operatorname{mean}_{mask}\\, \\operatorname{sg}(\\log q^* - \\ell_S)\\,\\ell_S
 
     Gradients flow only through ``student_logprobs``. Tokens where any view log-prob is not finite
     are masked out; an all-masked batch gives a zero loss that still backpropagates (zeros).
