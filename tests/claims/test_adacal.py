@@ -17,15 +17,16 @@ class WordTokenizer:
 
 
 def test_structure_prompts_are_exact():
-    for p in structure_prompts(WordTokenizer(), 300, 3, seed=1):
+    prompts = structure_prompts(WordTokenizer(), 300, 5, seed=1)
+    for p in prompts:
         tail = p["prompt"].rsplit("\n\n", 1)[1]
         terms = [int(t) for t in tail.removeprefix("Tally: ").rstrip(",").split(", ")]
-        step = terms[1] - terms[0]
-        assert all(b - a == step for a, b in zip(terms, terms[1:]))
-        assert int(p["answer"]) == terms[-1] + step
-        for d in p["decoys"]:
-            assert f"{tail} {d}." in p["prompt"] and d != int(p["answer"])
+        assert len(terms) == 6 and all(b - a == 1 for a, b in zip(terms, terms[1:]))
+        assert int(p["answer"]) == terms[-1] + 1
+        assert p["prompt"].count("Tally:") == 1  # the rule is local: no copy of it in the haystack
         assert p["n_tokens"] == count_tokens(WordTokenizer(), p["prompt"]) <= 300
+    assert prompts == structure_prompts(WordTokenizer(), 300, 5, seed=1)
+    assert prompts != structure_prompts(WordTokenizer(), 300, 5, seed=2)
 
 
 @pytest.fixture(scope="module")
