@@ -308,9 +308,14 @@ def _env_throughput(setup, config, seed) -> dict[str, Any]:
     out: dict[str, Any] = {"inprocess": env_steps_per_second(make_env, tasks, seed=seed)["env_steps_per_s"]}
     if config.get("measure_ray"):
         try:
+            import ray
+
+            started_here = not ray.is_initialized()
             out["ray_2_actors"] = env_steps_per_second(
                 make_env, tasks, executor="ray", num_workers=2, seed=seed
             )["env_steps_per_s"]
+            if started_here:  # later seeds fork worker processes: do not leave Ray's threads running
+                ray.shutdown()
         except ImportError as err:
             out["ray_2_actors"] = f"not measured: {err}"
     else:
