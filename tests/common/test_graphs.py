@@ -183,3 +183,13 @@ def test_perturb_edges():
     added = perturb_edges(data.edge_index, 500, add_ratio=0.1, seed=0)
     assert is_undirected(added) and m < added.size(1) // 2 <= m + round(0.1 * m)
     assert torch.equal(perturb_edges(data.edge_index, 500, 0.0, 0.0), data.edge_index)
+
+
+def test_check_edge_index_rejects_meta_tensors_by_name():
+    import pytest
+    import torch
+
+    from neurips26.common.graphs import check_edge_index
+
+    with pytest.raises(ValueError, match="edge_index must hold data"):
+        check_edge_index(torch.zeros(2, 3, dtype=torch.long, device="meta"), 4)

@@ -66,6 +66,8 @@ def check_edge_index(edge_index: Tensor, num_nodes: int, name: str = "edge_index
     """
     if not isinstance(edge_index, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(edge_index).__name__}")
+    if edge_index.is_meta:
+        raise ValueError(f"{name} must hold data (a CPU or accelerator tensor), got a meta tensor")
     if edge_index.dtype not in (torch.int64, torch.int32):
         raise TypeError(f"{name} must hold int64/int32 node ids, got dtype {edge_index.dtype}")
     if edge_index.dim() != 2 or edge_index.size(0) != 2:
