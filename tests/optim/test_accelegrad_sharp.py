@@ -369,3 +369,18 @@ def test_sparse_gradients_raise():
     emb(torch.tensor([1, 2])).sum().backward()
     with pytest.raises(RuntimeError, match="sparse"):
         opt.step()
+
+
+def test_polar_step_precision_follows_the_cpu(monkeypatch):
+    from neurips26.common import precision
+    from neurips26.optim.accelegrad_sharp import polar_newton_schulz
+
+    monkeypatch.delenv(precision.ENV_VAR, raising=False)
+    g = torch.randn(8, 5, generator=torch.Generator().manual_seed(0))
+    monkeypatch.setattr(precision, "cpu_bf16_matmul", lambda: True)
+    bf16 = polar_newton_schulz(g)
+    assert torch.equal(bf16, polar_newton_schulz(g, dtype=torch.bfloat16))
+    monkeypatch.setattr(precision, "cpu_bf16_matmul", lambda: False)  # an AVX2-only CPU
+    fp32 = polar_newton_schulz(g)
+    assert torch.equal(fp32, polar_newton_schulz(g, dtype=torch.float32)) and not torch.equal(fp32, bf16)
+    assert polar_newton_schulz(g.double()).dtype == torch.float64  # float64 stays float64

@@ -28,6 +28,7 @@ from torch import nn
 from neurips26.claims.base import AtLeast, AtMost, Better, Claim, Exact, Headline, SeedResult, sweep_record
 from neurips26.claims.plotting import pyplot, save_figure
 from neurips26.common.cache import cached_object
+from neurips26.common.precision import MuonAtPrecision
 from neurips26.common.threads import torch_threads
 from neurips26.optim.accelegrad_sharp import AcceleGrad, AcceleGradSharp, muon_with_adamw
 
@@ -172,7 +173,7 @@ def part_a(config: dict[str, Any], seed: int) -> tuple[dict[str, float], dict[st
                 )
             else:
                 run = _quadratic_run(
-                    lambda x, lr_arm=lr_arm: torch.optim.Muon(
+                    lambda x, lr_arm=lr_arm: MuonAtPrecision(
                         [x], lr=lr_arm, weight_decay=0.0, adjust_lr_fn="match_rms_adamw"
                     ),
                     a,
@@ -595,8 +596,9 @@ CLAIM = Claim(
         "and AdaGrad-norm GD converge linearly inside 2,000 steps, so a log-log slope measures nothing. The "
         "spectral baseline is torch's Muon (momentum 0.95, Nesterov) rather than Scion. MNIST (5,000 real digits) "
         "replaces load_digits; char-level KJV text replaces the order-2 Markov source. Tiny LM: hidden 64 (not "
-        "128), 120 steps of 16 x 48 tokens; MNIST 400 steps of batch 64 (CPU budget). Newton-Schulz runs in bf16 "
-        "as in Muon. Training evaluates both AcceleGrad variants at the last y iterate. The full profile's lr grid "
+        "128), 120 steps of 16 x 48 tokens; MNIST 400 steps of batch 64 (CPU budget). Newton-Schulz runs in the "
+        "working precision the CPU supports (bf16 with AVX512-BF16/AMX, as in Muon; fp32 otherwise; env.precision "
+        "records it), for AcceleGrad# and the Muon baseline alike (MuonAtPrecision wraps torch.optim.Muon). Training evaluates both AcceleGrad variants at the last y iterate. The full profile's lr grid "
         "has 5 decade-spaced points per arm (spec: 3) because the 3-point grid chose edge values; the sweep uses "
         "seed 0, which is also an evaluation seed. Smoke and quick use fixed learning rates (the values the "
         "3-point full sweep chose before) and build no cache; quick trains 150 MNIST / 40 LM steps with 1,000 "

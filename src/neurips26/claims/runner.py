@@ -111,12 +111,15 @@ def capture_env() -> dict[str, Any]:
             versions[name] = None
     import torch
 
+    from neurips26.common.precision import precision_info
+
     return {
         "python": platform.python_version(),
         "platform": platform.platform(),
         "cpu": _cpu_model(),
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
+        "precision": precision_info(),
         "versions": versions,
         "git": _git_commit(),
     }
