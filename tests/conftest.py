@@ -1,4 +1,6 @@
-"""Test-wide settings: headless plotting, cache folders out of HOME, bounded threads."""
+"""Test-wide settings: headless plotting, cache folders out of HOME, bounded threads, and hypothesis
+derandomised (the same examples on every run, so CI cannot fail by chance; set
+``NEURIPS26_HYPOTHESIS=explore`` to draw fresh examples locally)."""
 
 from __future__ import annotations
 
@@ -15,3 +17,9 @@ os.environ.setdefault("PYSTOW_HOME", str(_SCRATCH / "pystow"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from hypothesis import settings as _hypothesis_settings  # noqa: E402
+
+_hypothesis_settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
+_hypothesis_settings.register_profile("explore", print_blob=True)
+_hypothesis_settings.load_profile("explore" if os.environ.get("NEURIPS26_HYPOTHESIS") == "explore" else "ci")

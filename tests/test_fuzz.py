@@ -1078,25 +1078,9 @@ def _aggregator_specs() -> dict[str, Spec]:
 EXTRA: dict[str, Spec] = _aggregator_specs()
 SPECS: dict[str, Spec] = {**_specs(), **_specs_more(), **EXTRA}
 
-# Cases that fail today in modules other helpers own right now (fixes pending there); each is an
-# xfail(strict=True): the test turns red as soon as the fix lands, so the entry must then go.
-_AEM = "rl/aem.py is owned by another helper (in progress); input validation there is pending"
-PENDING: dict[tuple[str, str, str], str] = {
-    **{("aem.aem_advantages", "advantages", k): _AEM for k in ("int64", "bool", "meta")},
-    **{
-        ("aem.aem_advantages", "old_logprobs", k): _AEM
-        for k in ("extra_dim", "missing_dim", "empty", "nan", "inf", "meta")
-    },
-    ("aem.aem_advantages", "response_mask", "meta"): _AEM,
-    ("rewardflow.rewardflow_rewards", "key_fn", "bad[0]=None"): (
-        "rl/rewardflow.py is owned by another helper (in progress): key_fn=None fails with 'NoneType' object is "
-        "not callable"
-    ),
-    ("asap.ASAPAttack", "gamma_theta", "bad[0]=-1.0"): (
-        "federated/asap.py is owned by another helper: ASAPAttack(gamma_theta=-1.0) says 'gain must lie in "
-        "[0.0, 2.0)' without naming gamma_theta"
-    ),
-}
+# Cases that fail today in a component (fixes pending); each is an xfail(strict=True): the test turns
+# red as soon as the fix lands, so the entry must then go. None are pending now.
+PENDING: dict[tuple[str, str, str], str] = {}
 
 EXEMPT: dict[str, str] = {
     "adakvq.calibrate_aad": "runs generate() on a full language model; its inputs are token ids checked by the model",

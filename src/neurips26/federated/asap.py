@@ -223,6 +223,7 @@ class ASMCController:
         check_float("lambda_i", self.lambda_i, 0.0)
         check_float("period", self.period, 0.0, low_open=True)
         check_float("gamma_b", self.gamma_b, 0.0)
+        check_float("gamma_theta", self.gamma_theta, 0.0, 2.0, high_open=True)  # the Fourier estimator's gain
         lo, hi = self.b_bounds
         check_float("b_bounds[0]", lo, 0.0, low_open=True)
         check_float("b_bounds[1]", hi, lo)

@@ -85,19 +85,32 @@ class AEMConfig:
         check_choice("scope", self.scope, SCOPES)
 
 
+def _check_real(name: str, x: torch.Tensor, ndims: tuple[int, ...], shape_text: str) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.is_meta:
+        raise ValueError(f"{name} must hold data, got a meta tensor")
+    if not x.is_floating_point():
+        raise TypeError(f"{name} must be a floating-point tensor, got {x.dtype}")
+    if x.ndim not in ndims or x.numel() == 0:
+        raise ValueError(f"{name} must be a non-empty {shape_text} tensor, got shape {tuple(x.shape)}")
+
+
 def response_surprisal(
-    logprobs: torch.Tensor, response_mask: torch.Tensor, normalize: str = "mean"
+    logprobs: torch.Tensor, response_mask: torch.Tensor, normalize: str = "mean", *, name: str = "logprobs"
 ) -> torch.Tensor:
-    """Per-response surprisal ``(B,)`` from behaviour token log-probs (no gradient)."""
+    """Per-response surprisal ``(B,)`` from behaviour token log-probs (no gradient).
+
+    ``name`` is the argument name used in error messages.
+    """
     check_choice("normalize", normalize, NORMALIZE)
-    if not isinstance(logprobs, torch.Tensor) or logprobs.ndim != 2:
-        raise ValueError(
-            f"logprobs must be a (B, T) tensor, got {getattr(logprobs, 'shape', type(logprobs))}"
-        )
+    _check_real(name, logprobs, (2,), "(B, T)")
+    if isinstance(response_mask, torch.Tensor) and response_mask.is_meta:
+        raise ValueError("response_mask must hold data, got a meta tensor")
     mask = as_mask("response_mask", response_mask)
     if tuple(mask.shape) != tuple(logprobs.shape):
         raise ValueError(
-            f"shape mismatch: logprobs is {tuple(logprobs.shape)} but response_mask is {tuple(mask.shape)}"
+            f"shape mismatch: {name} is {tuple(logprobs.shape)} but response_mask is {tuple(mask.shape)}"
         )
     lengths = mask.sum(1)
     if (lengths == 0).any():
@@ -105,7 +118,7 @@ def response_surprisal(
         raise ValueError(f"empty response (no valid token) in rows {rows[:8]}")
     lp = logprobs.detach().float()
     if not torch.isfinite(lp[mask]).all():
-        raise ValueError("logprobs contain NaN or inf at valid (masked-in) positions")
+        raise ValueError(f"{name} contain NaN or inf at valid (masked-in) positions")
     total = -(lp * mask).sum(1)
     return total / lengths if normalize == "mean" else total
 
@@ -173,14 +186,13 @@ def aem_rescale_advantages(
     config = config or AEMConfig()
     if not isinstance(config, AEMConfig):
         raise TypeError(f"config must be an AEMConfig, got {type(config).__name__}")
-    if not isinstance(advantages, torch.Tensor) or advantages.ndim not in (1, 2):
-        raise ValueError("advantages must be a (B,) or (B, T) tensor")
-    surprisal = response_surprisal(old_logprobs, response_mask, config.normalize)
+    _check_real("advantages", advantages, (1, 2), "(B,) or (B, T)")
+    surprisal = response_surprisal(old_logprobs, response_mask, config.normalize, name="old_logprobs")
     if advantages.shape[0] != surprisal.shape[0] or (
         advantages.ndim == 2 and tuple(advantages.shape) != tuple(old_logprobs.shape)
     ):
         raise ValueError(
-            f"shape mismatch: advantages {tuple(advantages.shape)} vs logprobs {tuple(old_logprobs.shape)}"
+            f"shape mismatch: advantages {tuple(advantages.shape)} vs old_logprobs {tuple(old_logprobs.shape)}"
         )
     if not torch.isfinite(advantages).all():
         raise ValueError("advantages contain NaN or inf")

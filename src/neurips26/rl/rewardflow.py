@@ -171,6 +171,8 @@ class StateGraph:
         cluster whose first member has ``SequenceMatcher.ratio() >= similarity``.
         """
         trajs = _check_trajectories(trajs, single_group=True)
+        if not callable(key_fn):
+            raise TypeError(f"key_fn must be a callable obs -> hashable key, got {type(key_fn).__name__}")
         if similarity is not None:
             check_float("similarity", similarity, 0.0, 1.0, low_open=True)
         keys = []
