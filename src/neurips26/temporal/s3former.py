@@ -352,8 +352,10 @@ class _Standardizer(nn.Module):
             self.n.fill_(tot)
 
     def forward(self, x: Tensor) -> Tensor:
+        if float(self.n) < 2:  # not fitted yet: identity
+            return x
         std = (self.m2 / self.n.clamp(min=1)).sqrt().clamp(min=1e-3)
-        return (x - self.mean) / std
+        return ((x - self.mean) / std).clamp(-10.0, 10.0)  # unseen ranges at test time stay bounded
 
 
 class S3Former(nn.Module):
