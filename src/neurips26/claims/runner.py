@@ -391,8 +391,8 @@ def run_claim(
     prov = provenance(claim, profile)  # at the start: the code and config that run
     env = capture_env()
     hashes = {"claim_hash": prov["claim_hash"], "config_hash": prov["config_hash"]}
-    if final.exists() and not force:
-        existing = json.loads(final.read_text())
+    existing = _read_json(final, "result") if final.exists() and not force else None
+    if existing is not None:
         same = all(existing.get("provenance", {}).get(k) == v for k, v in hashes.items())
         if existing.get("seeds") == list(seeds) and existing.get("schema") == SCHEMA_VERSION and same:
             return existing
@@ -403,8 +403,8 @@ def run_claim(
     reset_build_clock(new_run=True)
     for seed in seeds:
         path = partial / f"seed-{seed}.json"
-        if path.exists() and not force:
-            saved = json.loads(path.read_text())
+        saved = _read_json(path, "partial seed result") if path.exists() and not force else None
+        if saved is not None:
             if saved.get("provenance") != hashes:  # other code or config: never mix it in
                 path.unlink(missing_ok=True)
                 continue
@@ -417,7 +417,7 @@ def run_claim(
     def _store(seed: int, result: dict, wall: float, cold: float, cpu: float) -> None:
         per_seed[seed], walls[seed], colds[seed], cpus[seed] = result, wall, cold, cpu
         record = {"result": result, "wall_s": wall, "cold_wall_s": cold, "cpu_s": cpu, "provenance": hashes}
-        atomic_write_text(partial / f"seed-{seed}.json", json.dumps(record, default=_json_default))
+        _write(partial / f"seed-{seed}.json", json.dumps(record, default=_json_default))
         if on_seed is not None:
             on_seed(seed)
 
@@ -437,8 +437,37 @@ def run_claim(
             result, wall = run_seed(claim, profile, seed)
             _store(seed, result.to_dict(), wall, last_cold_wall(), last_cpu_seconds())
     data = aggregate(claim, profile, seeds, per_seed, walls, colds, prov, env, cpus)
-    atomic_write_text(final, json.dumps(data, indent=1, sort_keys=False, default=_json_default))
+    _write(final, json.dumps(data, indent=1, sort_keys=False, default=_json_default))
     return data
+
+
+def _read_json(path: Path, what: str) -> dict[str, Any] | None:
+    """A stored result, or None (with a warning, the file removed) when it is not a readable JSON object.
+
+    A run killed by the operating system can never leave a half-written file (every write is a temp
+    file plus a rename), but a file edited or damaged by other means must not stop a rerun.
+    """
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        reason = f"{type(err).__name__}: {err}"
+    else:
+        if isinstance(data, dict):
+            return data
+        reason = f"a JSON {type(data).__name__}, not an object"
+    _line(f"warning: {what} {path} is unreadable ({reason}); it is discarded and recomputed")
+    path.unlink(missing_ok=True)
+    return None
+
+
+def _write(path: Path, text: str) -> None:
+    """Atomic write with a clear error (a full disk leaves no partial file: the temp file is removed)."""
+    try:
+        atomic_write_text(path, text)
+    except OSError as err:
+        raise OSError(
+            err.errno, f"could not write {path}: {err.strerror or err} (nothing was written; free space and rerun)"
+        ) from err
 
 
 def _json_default(obj: Any) -> Any:

@@ -15,6 +15,7 @@ import os
 import shutil
 import tempfile
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -128,8 +129,17 @@ def cached_dir(
             _counted.add(str(target))
             _hit_build_s += _recorded_build_s(target)
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=target.parent))
+    if target.exists():
+        warnings.warn(
+            f"cache entry {target} is incomplete or damaged (missing manifest or a checksum mismatch); rebuilding it",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=target.parent))
+    except OSError as err:
+        raise OSError(err.errno, f"could not create the cache folder {target.parent}: {err.strerror or err}") from err
     try:
         start = time.perf_counter()
         build(tmp)
@@ -138,6 +148,13 @@ def cached_dir(
             shutil.rmtree(target, ignore_errors=True)
         os.replace(tmp, target)
         _counted.add(str(target))
+    except OSError as err:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise OSError(
+            err.errno,
+            f"could not write the cache entry {target}: {err.strerror or err} (nothing was kept; free space "
+            "or point NEURIPS26_CACHE elsewhere)",
+        ) from err
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
