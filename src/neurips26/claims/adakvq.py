@@ -317,7 +317,7 @@ _COMMON = {
     "residual_length": 32,
     "template": "chat",
 }
-_N_FULL = 50  # items per task and seed in the full profile: 2 tasks x 50 = 100 per seed
+_N_FULL = 34  # items per task and seed in the full profile: 2 x 34 = 68 per seed, 102 per task over 3 seeds
 _N_QUICK = 6
 
 CLAIM = Claim(
@@ -438,7 +438,8 @@ CLAIM = Claim(
         "modulation rule are inferred. SmolLM2-135M-Instruct instead of Llama-3.1/Qwen2.5 reasoning models; "
         "RULER retrieval tasks niah_single_1 (noise haystack) and niah_single_2 (KJV haystack) at 512 "
         "tokens instead of long chain-of-thought benchmarks, because a 2-core CPU can prefill only about "
-        "150k tokens in the 10-minute budget: 100 items per seed (50 per task) x 3 seeds at 512 tokens, "
+        "150k tokens in the 10-minute budget: 68 items per seed (34 per task; 102 per task over the 3 seeds) at "
+        "512 tokens (the 50-per-task run of the first v2 rerun took 856 s, over the budget), "
         "one shared full-precision prefill per item and only the decode per arm (3 seeds, not 5, for the "
         "same reason). The tasks are those SmolLM2 solves in full precision (premise per task at "
         "accuracy >= 0.7); the other RULER tasks are excluded by name with their full-precision accuracy on 6 items "
