@@ -742,7 +742,7 @@ class Transport(Protocol):
 
     def dispatch(self, client_id: int, state: StateDict, version: int, job: int) -> Any: ...
 
-    def collect(self, handle: Any) -> ClientUpdate: ...
+    def collect(self, handle: Any) -> ClientUpdate | None: ...
 
 
 class LocalTransport:
@@ -763,11 +763,14 @@ class History:
     """Records of one asynchronous run.
 
     ``evals``: ``(time, version, metrics)`` after every server step (and at time 0);
-    ``arrivals``: ``(time, client_id, staleness, base_version)`` of every processed update.
+    ``arrivals``: ``(time, client_id, staleness, base_version)`` of every processed update;
+    ``failed``: ``(time, client_id)`` of every job the transport skipped (a crashed client, a
+    missing or a dropped non-finite reply).
     """
 
     evals: list[tuple[float, int, dict[str, float]]] = field(default_factory=list)
     arrivals: list[tuple[float, int, int, int]] = field(default_factory=list)
+    failed: list[tuple[float, int]] = field(default_factory=list)
 
     def series(self, key: str) -> tuple[list[float], list[float]]:
         return [t for t, _, _ in self.evals], [m[key] for _, _, m in self.evals]
@@ -793,6 +796,12 @@ class AsyncSimulator:
     clock whatever the transport's real timing. With ``concurrency < num_clients`` a finished
     client's slot goes to a uniformly drawn idle client. A synchronous strategy re-dispatches only
     after a server step.
+
+    A job whose ``transport.collect`` returns ``None`` (a crashed client, a reply that never came,
+    a dropped non-finite update) is skipped: the strategy never sees it, the client becomes idle
+    and the free slot is refilled as after any arrival; it is recorded in ``History.failed``. A
+    synchronous strategy cannot complete its round without the client (``ValueError``), nor can
+    any run once every client has failed since the last update that arrived.
 
     Parameters
     ----------
@@ -829,6 +838,7 @@ class AsyncSimulator:
         hist.evals.append((0.0, 0, eval_fn(model)))
         queue: list[tuple[float, int, int, Any]] = []
         idle = list(range(n))
+        failing: set[int] = set()  # clients that failed since the last update that arrived
 
         def dispatch(c: int) -> None:
             nonlocal job
@@ -848,6 +858,19 @@ class AsyncSimulator:
                 break
             now = finish
             update = self.transport.collect(handle)
+            if update is None:
+                hist.failed.append((now, c))
+                idle.append(c)
+                failing.add(c)
+                if strategy.synchronous:
+                    raise ValueError(f"client {c} failed; a synchronous strategy cannot complete the round")
+                if len(failing) == n:
+                    raise ValueError(
+                        f"every one of the {n} clients failed since the last update that arrived"
+                    )
+                fill()
+                continue
+            failing.clear()
             if update.client_id != c:
                 raise ValueError(f"transport returned client {update.client_id} for a job of client {c}")
             hist.arrivals.append((now, c, version - update.base_version, update.base_version))

@@ -43,8 +43,9 @@ from typing import Any
 
 import numpy as np
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MessageType, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Context, Error, Message, MessageType, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
+from flwr.common.constant import ErrorCode
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg
 from flwr.supercore.task_identity import TaskIdentity
@@ -52,6 +53,7 @@ from torch import Tensor, nn
 
 from neurips26.common.checks import check_choice, check_float, check_int
 from neurips26.federated.asap import Attack, AttackContext
+from neurips26.federated.faults import no_valid_replies, split_failed
 from neurips26.federated.fedrevive import (
     AsyncSimulator,
     AsyncStrategy,
@@ -82,6 +84,9 @@ __all__ = [
 
 StateDict = dict[str, Tensor]
 ENGINES = ("inprocess", "simulation")
+CLIENT_ERRORS = ("reply", "raise")
+
+logger = logging.getLogger(__name__)
 
 
 # --------------------------------------------------------------------------------------------
@@ -396,11 +401,18 @@ def _craft(setup: ClientSetup, state: StateDict, global_flat: Tensor, rnd: int, 
 # --------------------------------------------------------------------------------------------
 # strategies
 # --------------------------------------------------------------------------------------------
-def _sorted_valid(strategy: FedAvg, replies: Iterable[Message]) -> list[Message]:
-    valid, _ = strategy._check_and_log_replies(list(replies), is_train=True)
-    return sorted(
+def _sorted_valid(
+    strategy: FedAvg, replies: Iterable[Message], who: str
+) -> tuple[list[Message], list[Message]]:
+    """Replies without error, sorted by ``client-id``, and the failed ones (logged, skipped)."""
+    ok, failed = split_failed(list(replies), who)
+    valid, _ = strategy._check_and_log_replies(ok, is_train=True)
+    if not valid:
+        raise no_valid_replies(who, failed)
+    valid = sorted(
         valid, key=lambda m: (float(m.content["metrics"].get("client-id", 0)), m.metadata.src_node_id)
     )
+    return valid, failed
 
 
 class RobustFedAvg(FedAvg):
@@ -424,9 +436,13 @@ class RobustFedAvg(FedAvg):
     server_lr : float
         Server learning rate.
     nonfinite : {"raise", "drop"}
-        Policy for client updates holding NaN/inf; dropped client ids are recorded in ``dropped``.
+        Policy for client updates holding NaN/inf: ``"raise"`` is a ``ValueError`` naming the
+        clients (by ``client-id``); with ``"drop"`` their ids are logged and recorded in ``dropped``.
     **kwargs
         Passed to ``flwr.serverapp.strategy.FedAvg``.
+
+    Error replies (crashed clients) are skipped, logged at WARNING level and their node ids
+    recorded per round in ``crashed``.
     """
 
     def __init__(self, rule: str = "fedavg", num_malicious: int = 0, beta: float = 0.2, server_lr: float = 1.0,
@@ -445,6 +461,7 @@ class RobustFedAvg(FedAvg):
         self.selected: list[list[int]] = []
         self.malicious_selected: list[float] = []
         self.dropped: list[list[int]] = []
+        self.crashed: list[list[int]] = []
 
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid):
         self._global = from_arrayrecord(arrays)
@@ -453,17 +470,25 @@ class RobustFedAvg(FedAvg):
     def aggregate_train(self, server_round: int, replies: Iterable[Message]):
         if self._global is None:
             raise RuntimeError("aggregate_train called before configure_train")
-        valid = _sorted_valid(self, replies)
-        if not valid:
-            raise ValueError("no valid client replies to aggregate (empty client set)")
+        valid, failed = _sorted_valid(self, replies, f"RobustFedAvg({self.rule})")
+        self.crashed.append([int(m.metadata.src_node_id) for m in failed])
         contents = [m.content for m in valid]
         gflat = flatten_state(self._global)
         updates = torch.stack([flatten_state(from_arrayrecord(c["arrays"])) - gflat for c in contents])
         weights = torch.tensor([float(c["metrics"][self.weighted_by_key]) for c in contents])
-        agg = aggregate(self.rule, updates, weights, self.num_malicious, self.beta, self.nonfinite)
-        mal = [float(c["metrics"].get("malicious", 0.0)) for c in contents]
         ids = [int(c["metrics"].get("client-id", i)) for i, c in enumerate(contents)]
         bad = (~torch.isfinite(updates).all(dim=1)).nonzero().flatten().tolist()
+        if bad:
+            names = [ids[i] for i in bad]
+            if self.nonfinite == "raise":
+                raise ValueError(
+                    f"RobustFedAvg({self.rule}): replies of clients {names} hold NaN or infinite parameters; "
+                    "use nonfinite='drop' to drop such clients instead"
+                )
+            logger.warning("RobustFedAvg(%s): round %d drops clients %s (NaN or infinite parameters)",
+                           self.rule, server_round, names)  # fmt: skip
+        agg = aggregate(self.rule, updates, weights, self.num_malicious, self.beta, self.nonfinite)
+        mal = [float(c["metrics"].get("malicious", 0.0)) for c in contents]
         self.dropped.append([ids[i] for i in bad])
         if self.rule in ("krum", "multikrum", "multi_krum", "bulyan"):
             k = updates.shape[0] - len(bad)
@@ -494,14 +519,26 @@ class AsyncFedAvg(FedAvg):
         ``() -> nn.Module`` building the global model.
     initial_state : dict, optional
         Starting weights (default: ``model_fn()``'s).
+    nonfinite : {"raise", "drop"}
+        Policy for a reply holding NaN/inf parameters: ``"raise"`` is a ``ValueError`` naming the
+        client; ``"drop"`` skips it (the rule never sees it), logs it at WARNING level and appends
+        ``(client_id, base_version)`` to ``dropped``.
     **kwargs
         Passed to ``FedAvg``.
+
+    Error replies (crashed clients) and replies that never arrive (:class:`GridTransport`'s
+    timeout) are skipped, logged at WARNING level and recorded in ``crashed``; the rule never sees
+    them and the client is free for its next job.
     """
 
     def __init__(self, rule: AsyncStrategy, model_fn: Callable[[], nn.Module],
-                 initial_state: StateDict | None = None, **kwargs: Any) -> None:  # fmt: skip
+                 initial_state: StateDict | None = None, nonfinite: str = "raise",
+                 **kwargs: Any) -> None:  # fmt: skip
         if not isinstance(rule, AsyncStrategy):
             raise TypeError(f"rule must be an AsyncStrategy, got {type(rule).__name__}")
+        self.nonfinite = check_choice("nonfinite", nonfinite, NONFINITE_POLICIES)
+        self.dropped: list[tuple[int, int]] = []
+        self.crashed: list[tuple[int | None, str]] = []
         kwargs.setdefault("fraction_evaluate", 0.0)
         with quiet_flower():  # the default (central evaluation) is deliberate: no notice
             super().__init__(**kwargs)
@@ -526,10 +563,17 @@ class AsyncFedAvg(FedAvg):
 
     def reply_to_update(
         self, reply: Message, base_state: StateDict, client_id: int | None = None
-    ) -> ClientUpdate:
-        """Turn a reply into a :class:`ClientUpdate` (``delta = returned model - base_state``)."""
+    ) -> ClientUpdate | None:
+        """Turn a reply into a :class:`ClientUpdate` (``delta = returned model - base_state``).
+
+        Returns ``None`` for a reply to skip: an error reply (a crashed client; logged, recorded in
+        ``crashed``) or, under ``nonfinite="drop"``, one holding NaN/inf (logged, in ``dropped``).
+        """
         if reply.has_error():
-            raise RuntimeError(f"client reply carries an error: {reply.error.reason}")
+            who = "AsyncFedAvg" if client_id is None else f"AsyncFedAvg: client {client_id}"
+            split_failed([reply], who)
+            self.crashed.append((client_id, str(reply.error.reason)))
+            return None
         state = from_arrayrecord(reply.content[self.arrayrecord_key])
         metrics = reply.content["metrics"]
         keys = _float_keys(base_state)
@@ -537,19 +581,32 @@ class AsyncFedAvg(FedAvg):
             raise ValueError(f"reply misses parameters {sorted(set(keys) - set(state))}")
         delta = {k: state[k].float() - base_state[k].float() for k in keys}
         cid = int(metrics.get("client-id", 0)) if client_id is None else client_id
+        bad = [k for k in keys if not bool(torch.isfinite(delta[k]).all())]
+        if bad:
+            base = int(metrics["base-version"])
+            if self.nonfinite == "raise":
+                raise ValueError(
+                    f"AsyncFedAvg: the reply of client {cid} (base version {base}) holds NaN or infinite "
+                    f"parameters in {bad}; use nonfinite='drop' to drop such clients instead"
+                )
+            logger.warning("AsyncFedAvg: dropped the update of client %d (base version %d): NaN or infinite "
+                           "parameters in %s", cid, base, bad)  # fmt: skip
+            self.dropped.append((cid, base))
+            return None
         return ClientUpdate(cid, delta, int(metrics["base-version"]), int(metrics[self.weighted_by_key]),
                             {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))})  # fmt: skip
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]):
-        valid = _sorted_valid(self, replies)
-        if not valid:
-            raise ValueError("no valid client replies to aggregate (empty client set)")
+        valid, failed = _sorted_valid(self, replies, "AsyncFedAvg")
+        self.crashed.extend((None, str(m.error.reason)) for m in failed)
         valid.sort(key=lambda m: float(m.content["metrics"].get("sim-time", 0.0)))
         for msg in valid:
             v = int(msg.content["metrics"]["base-version"])
             if v not in self.sent:
                 raise ValueError(f"reply claims base-version {v}, which this server never sent")
             update = self.reply_to_update(msg, self.sent[v])
+            if update is None:
+                continue
             if self.rule.on_update(update, self.model, self.version):
                 self.version += 1
                 self.rule.on_version(self.version, self.model.state_dict())
@@ -562,7 +619,9 @@ class GridTransport:
 
     ``dispatch`` pushes a TRAIN message to the node of client ``c`` immediately (so the node starts
     computing while others still train); ``collect`` pulls that message's reply, polling until it
-    is there. Client ``c`` is the node whose ClientApp reports ``partition-id == c`` (asked once
+    is there. A reply that does not come within ``timeout`` seconds, an error reply and (under
+    ``nonfinite="drop"``) a non-finite one make ``collect`` return ``None``: the job is skipped
+    (logged; :class:`~neurips26.federated.fedrevive.AsyncSimulator` frees the client). Client ``c`` is the node whose ClientApp reports ``partition-id == c`` (asked once
     with a QUERY message), so the simulated clock and the data agree on every engine.
     """
 
@@ -595,7 +654,7 @@ class GridTransport:
         (msg_id,) = list(self.grid.push_messages([msg]))
         return msg_id, client_id, {k: v.detach().clone() for k, v in state.items()}
 
-    def collect(self, handle: Any) -> ClientUpdate:
+    def collect(self, handle: Any) -> ClientUpdate | None:
         msg_id, client_id, base = handle
         deadline = time.time() + self.timeout
         while True:
@@ -603,7 +662,10 @@ class GridTransport:
             if replies:
                 return self.strategy.reply_to_update(replies[0], base, client_id=client_id)
             if time.time() > deadline:
-                raise TimeoutError(f"no reply from client {client_id} within {self.timeout} s")
+                reason = f"no reply within {self.timeout} s"
+                logger.warning("GridTransport: skipped the job of client %d: %s", client_id, reason)
+                self.strategy.crashed.append((client_id, reason))
+                return None
             time.sleep(self.poll)
 
 
@@ -615,11 +677,18 @@ class LocalGrid(Grid):
 
     Node ``i`` (``node_id = 1000 + i``) has ``node_config = {"partition-id": i, "num-partitions": n}``
     and a persistent ``Context`` (its ``state`` survives across rounds, as on Flower's engines).
+
+    ``client_errors="reply"`` (default) treats a ``ClientApp`` that raises as Flower's simulation
+    engine does: the reply is an error ``Message`` (code ``CLIENT_APP_RAISED_EXCEPTION``, reason
+    ``"<class>:<'message'>"``), logged at WARNING level, which the strategies skip;
+    ``"raise"`` re-raises it as a ``RuntimeError`` naming the node (for debugging a client).
     """
 
-    def __init__(self, client_app: ClientApp, num_nodes: int, run_id: int = 0) -> None:
+    def __init__(self, client_app: ClientApp, num_nodes: int, run_id: int = 0,
+                 client_errors: str = "reply") -> None:  # fmt: skip
         if check_int("num_nodes", num_nodes, low=0) == 0:
             raise ValueError("num_nodes must be >= 1 (empty client set)")
+        self.client_errors = check_choice("client_errors", client_errors, CLIENT_ERRORS)
         self.client_app = client_app
         self.run_id = run_id
         self._nodes = {1000 + i: i for i in range(num_nodes)}
@@ -672,8 +741,16 @@ class LocalGrid(Grid):
             ctx = self._contexts[msg.metadata.dst_node_id]
             try:
                 reply = self.client_app(msg, ctx)
-            except Exception as err:  # surface client errors instead of losing them
-                raise RuntimeError(f"ClientApp failed on node {msg.metadata.dst_node_id}: {err}") from err
+            except Exception as err:
+                if self.client_errors == "raise":
+                    raise RuntimeError(f"ClientApp failed on node {msg.metadata.dst_node_id}: {err}") from err
+                logger.warning(
+                    "LocalGrid: the ClientApp raised on node %d: %r", msg.metadata.dst_node_id, err
+                )
+                reason = str(type(err)) + ":<'" + str(err) + "'>"  # the simulation engine's format
+                reply = Message(
+                    Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=reason), reply_to=msg
+                )
             out.append(reply)
         return out
 
@@ -694,15 +771,21 @@ def _simulate(
     from flwr.simulation import run_simulation
 
     server = ServerApp()
+    raised: list[BaseException] = []
 
     @server.main()
     def main(grid: Grid, context: Context) -> None:
         deadline = time.time() + 120
         while len(list(grid.get_node_ids())) < num_nodes and time.time() < deadline:
             time.sleep(0.1)
-        server_main(grid)
+        try:
+            server_main(grid)
+        except Exception as err:  # re-raised below: the caller gets the server's own error
+            raised.append(err)
 
     run_simulation(server, client_app, num_supernodes=num_nodes, backend_config=_backend_config(num_cpus))
+    if raised:
+        raise raised[0]
 
 
 @dataclass

@@ -22,6 +22,9 @@ and subclasses it with a thin layer that leaves Flower's aggregation untouched a
 * the non-finite policy of :mod:`~neurips26.federated.robust` (``"raise"`` by default; ``"drop"``
   removes the replies holding NaN/inf before Flower sees them, logs and counts them in
   :attr:`dropped`);
+* crashed clients (error replies, as Flower's engines turn a raising ``ClientApp`` into) are
+  skipped, logged at WARNING level and recorded per round in :attr:`crashed` (Flower itself only
+  logs them at INFO); a round in which every reply failed is a ``ValueError`` naming the reasons;
 * a deterministic reply order (by the ``client-id`` metric, then node id), so float sums do not
   depend on the order in which replies arrive;
 * the record of which clients Krum, Multi-Krum and Bulyan selected (:attr:`selected`,
@@ -53,6 +56,7 @@ from flwr.serverapp.strategy import Bulyan, FedAvg, FedMedian, FedTrimmedAvg, Kr
 from flwr.serverapp.strategy.multikrum import select_multikrum
 
 from neurips26.common.checks import check_choice, check_float, check_int
+from neurips26.federated.faults import no_valid_replies, split_failed
 from neurips26.federated.robust import NONFINITE_POLICIES
 
 __all__ = ["DEFENCES", "FLOWER_STRATEGIES", "DefenceMixin", "make_defence", "max_tolerated"]
@@ -123,6 +127,10 @@ class DefenceMixin:
         Per round, the fraction of selected replies that carried ``malicious = 1``.
     dropped : list of list of int
         Per round, the ``client-id`` of replies dropped for non-finite parameters.
+    crashed : list of list of int
+        Per round, the node id of every error reply (a client that crashed); such replies are
+        skipped and logged at WARNING level (:func:`~neurips26.federated.faults.split_failed`),
+        never fatal while one valid reply is left.
     """
 
     rule: str
@@ -132,17 +140,21 @@ class DefenceMixin:
     selected: list[list[int]]
     malicious_selected: list[float]
     dropped: list[list[int]]
+    crashed: list[list[int]]
 
     def _init_defence(self, rule: str, num_malicious: int, nonfinite: str, auto_select: bool) -> None:
         self.rule = rule
         self.num_malicious = num_malicious
         self.nonfinite = nonfinite
         self.auto_select = auto_select
-        self.selected, self.malicious_selected, self.dropped = [], [], []
+        self.selected, self.malicious_selected, self.dropped, self.crashed = [], [], [], []
 
     def _screen(self, replies: Iterable[Message]) -> list[Message]:
-        valid = [m for m in replies if not m.has_error()]
+        valid, failed = split_failed(replies, self.rule)
+        self.crashed.append([int(m.metadata.src_node_id) for m in failed])
         if not valid:
+            if failed:
+                raise no_valid_replies(self.rule, failed)
             raise ValueError(f"{self.rule}: no valid client replies to aggregate (empty round)")
         valid.sort(key=_client_key)
         finite = [_finite(m.content) for m in valid]
