@@ -331,7 +331,7 @@ CLAIM = Claim(
             **_SEQ,
             "num_nodes": 500,
             "num_events": 10000,
-            "epochs": 4,
+            "epochs": 3,
             "hidden": 32,
             "long_len": 32,
             "k_sub": 8,
@@ -356,7 +356,7 @@ CLAIM = Claim(
         "Synthetic stream instead of the 10 benchmarks; no early stopping (fixed epochs; the spec's 100 epochs "
         "with patience 5 do not fit); hidden 32 at every profile (spec: 64 at full) and L_long 16 (quick) / 32 "
         "(full) instead of 64, K = 8 instead of 16; full profile n = 500 nodes and 10,000 events (spec: 1,000 "
-        "and 30,000) and 4 epochs (spec 10) to fit the 10-minute budget with the four ablation arms. The "
+        "and 30,000) and 3 epochs (spec 10) to fit the 10-minute budget with the four ablation arms. The "
         "inductive metric is AP over test events touching a node first seen after the training cut-off "
         "(pooled, not DyGLib's re-trained inductive split with deleted training events). The p_tri sweep is "
         "not run. The NodeCCF/PairCCF forms, the subgraph labelling and the statistics are the spec's "
