@@ -9,15 +9,24 @@ from torch_geometric.nn.kge import ComplEx
 from neurips26.kg.score import (
     SCORE,
     STRUCTURES,
+    ComplExEmbeddings,
     CosineReranker,
     FuzzyAdjacency,
+    NQRLite,
     QTOExecutor,
+    QuerySampler,
+    Session,
+    answer_mrr,
     complex_cosine,
     complex_tail_scores,
     graded_ndcg,
     pairwise_accuracy,
     query_variables,
     score_adjust,
+    session_metrics,
+    train_complex,
+    train_nqr,
+    variable_bindings,
 )
 
 
@@ -102,9 +111,9 @@ def test_executor_equals_symbolic_answers(name, seed):
 def test_score_adjust_identity_and_bounds():
     s = torch.tensor([0.0, 0.2, 0.5, 1.0])
     sim = torch.tensor([[0.3, -0.2, 1.0, -1.0]])
-    ident = s.clamp(1e-6, 1 - 1e-6)
-    assert torch.equal(score_adjust(s, torch.zeros(0, 4), torch.zeros(0)), ident)
-    assert torch.equal(score_adjust(s, sim, torch.tensor([1]), w_p=0.0, w_n=0.0), ident)
+    assert torch.equal(score_adjust(s, torch.zeros(0, 4), torch.zeros(0)), s)
+    assert torch.equal(score_adjust(s, sim, torch.tensor([1]), w_p=0.0, w_n=0.0), s)
+    assert torch.equal(score_adjust(s, sim, torch.tensor([1]), w_p=0.0, w_n=1.0), s)  # no negative example
     out = score_adjust(s, sim, torch.tensor([1]))
     assert torch.isfinite(out).all() and (out > 0).all() and (out < 1).all()
 
@@ -220,3 +229,178 @@ def test_bad_input():
         SCORE(torch.randn(4, 2), w_p=-1.0)
     with pytest.raises(ValueError, match="w_n"):
         score_adjust(torch.rand(4), torch.zeros(1, 4), torch.tensor([1]), w_n=-0.5)
+
+
+# ---------------------------------------------------------------------------------------------- link predictor
+
+
+def _tiny_kg(seed=0, n=12, nr=3, m=40):
+    gen = torch.Generator().manual_seed(seed)
+    t = torch.stack(
+        [
+            torch.randint(0, n, (m,), generator=gen),
+            torch.randint(0, nr, (m,), generator=gen),
+            torch.randint(0, n, (m,), generator=gen),
+        ],
+        1,
+    )
+    return torch.unique(t, dim=0)
+
+
+def test_complex_scores_equal_pykeen_interaction():
+    from pykeen.nn.modules import ComplExInteraction
+
+    gen = torch.Generator().manual_seed(3)
+    ent = torch.randn(7, 5, dtype=torch.cfloat, generator=gen)
+    rel = torch.randn(4, 5, dtype=torch.cfloat, generator=gen)
+    kge = ComplExEmbeddings(ent, rel, [])
+    heads = torch.tensor([0, 2, 6])
+    ours = kge.tail_scores(heads, 3)
+    ref = ComplExInteraction()(ent[heads].unsqueeze(1), rel[3].view(1, 1, -1), ent.unsqueeze(0))
+    assert torch.allclose(ours, ref, atol=1e-5)
+
+
+def test_train_complex_learns_and_is_deterministic():
+    t = _tiny_kg()
+    a = train_complex(t, 12, 3, rank=8, epochs=30, batch_size=32, seed=1)
+    b = train_complex(t, 12, 3, rank=8, epochs=30, batch_size=32, seed=1)
+    assert torch.equal(a.entity, b.entity) and a.losses == b.losses
+    assert a.entity.shape == (12, 8) and a.relation.shape == (6, 8) and a.entity.is_complex()
+    assert a.losses[-1] < a.losses[0] - 0.5
+    # training triples score above the median tail
+    s = torch.stack([a.tail_scores(torch.tensor([h]), r)[0] for h, r, _ in t.tolist()])
+    assert (s[torch.arange(len(t)), t[:, 2]] > s.median(1).values).float().mean() > 0.9
+    with pytest.raises(ValueError, match="unknown relation id"):
+        train_complex(torch.tensor([[0, 5, 1]]), 3, 2)
+    with pytest.raises(ValueError, match="relation id 9 outside"):
+        a.tail_scores(torch.tensor([0]), 9)
+
+
+# ---------------------------------------------------------------------------------------------- executor and SCORE
+
+
+def _predicted_executor(seed=0):
+    t = _tiny_kg(seed)
+    kge = train_complex(t, 12, 3, rank=8, epochs=5, batch_size=32, seed=seed)
+    inv = torch.cat([t, torch.stack([t[:, 2], t[:, 1] + 3, t[:, 0]], 1)])
+    edges = {r: inv[inv[:, 1] == r][:, [0, 2]].t() for r in range(6)}
+    adj = FuzzyAdjacency.from_link_predictor(kge.tail_scores, edges, 12, 6, threshold=0.02)
+    return QTOExecutor(adj), kge, inv
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.sampled_from(sorted(STRUCTURES)), st.integers(0, 1000))
+def test_weight_zero_equals_unconstrained_exactly(name, seed):
+    ex, kge, inv = _predicted_executor()
+    gen = torch.Generator().manual_seed(seed)
+    anchors, rels = QuerySampler(inv, 12).sample(STRUCTURES[name], gen)
+    base = ex(STRUCTURES[name], anchors, rels)
+    prefs = (torch.tensor([1, 4, 7]), torch.tensor([1, 0, 1]))
+    zero = SCORE(kge.entity, w_p=0.0, w_n=0.0)
+    for j in range(len(query_variables(STRUCTURES[name]))):
+        out = zero.answer(ex, STRUCTURES[name], anchors, rels, {j: prefs})
+        assert torch.equal(out, base)
+        assert torch.equal(torch.argsort(out, stable=True), torch.argsort(base, stable=True))
+    # and with weights on, the scores do move
+    assert not torch.equal(SCORE(kge.entity).answer(ex, STRUCTURES[name], anchors, rels, {0: prefs}), base)
+
+
+def test_unknown_relation_and_structure_errors():
+    ex, kge, _ = _predicted_executor()
+    sc = SCORE(kge.entity)
+    with pytest.raises(ValueError, match=r"relations: unknown relation id 6; ids must lie in \[0, 6\)"):
+        ex(STRUCTURES["2p"], torch.tensor([0]), torch.tensor([1, 6]))
+    with pytest.raises(ValueError, match="unknown relation id -1"):
+        sc.answer(ex, STRUCTURES["1p"], torch.tensor([0]), torch.tensor([-1]), {})
+    for bad in (("e", ("r", "n")), ((("e", ("r",)),), ("r",)), ("e", ["r"]), "pi"):
+        with pytest.raises(ValueError, match="outside the grammar"):
+            sc.answer(ex, bad, torch.tensor([0]), torch.tensor([0]), {})
+    with pytest.raises(ValueError, match="outside the grammar"):
+        QuerySampler(torch.tensor([[0, 0, 1]]), 2).sample(("e", ("x",)), torch.Generator())
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.sampled_from(sorted(STRUCTURES)), st.integers(0, 10_000))
+def test_sampler_and_bindings_are_exact(name, seed):
+    """Sampled queries have answers; the union of the per-value induced answers is the answer set."""
+    t = _tiny_kg(seed % 7, m=30)
+    inv = torch.cat([t, torch.stack([t[:, 2], t[:, 1] + 3, t[:, 0]], 1)])
+    edges = {r: inv[inv[:, 1] == r][:, [0, 2]].t() for r in range(6)}
+    ex = QTOExecutor(FuzzyAdjacency.from_edges(edges, 12, 6))
+    held = inv[:5]
+    anchors, rels = QuerySampler(inv, 12, last_edges=held).sample(
+        STRUCTURES[name], torch.Generator().manual_seed(seed)
+    )
+    answers = ex(STRUCTURES[name], anchors, rels) > 0
+    assert answers.any()
+    for j in range(len(query_variables(STRUCTURES[name]))):
+        values, induced = variable_bindings(ex, STRUCTURES[name], anchors, rels, j)
+        assert torch.equal(induced.any(0), answers)
+        assert values.unique().numel() == values.numel()
+
+
+# ---------------------------------------------------------------------------------------------- metrics, fit, NQR
+
+
+def test_answer_mrr_ignores_other_answers():
+    s = torch.tensor([0.9, 0.8, 0.7, 0.1, 0.0])
+    # answers 1 and 2: each is ranked as if the other were absent, entity 0 beats both
+    assert answer_mrr(s, torch.tensor([1, 2]), torch.tensor([], dtype=torch.long)) == pytest.approx(0.5)
+    assert answer_mrr(s, torch.tensor([1, 2]), torch.tensor([0])) == pytest.approx(1.0)  # excluded (easy)
+
+
+def _toy_session(variable=1):
+    return Session(
+        structure=STRUCTURES["2p"],
+        anchors=torch.tensor([0]),
+        relations=torch.tensor([0, 1]),
+        variable=variable,
+        pref_ids=torch.tensor([2, 1]),
+        pref_labels=torch.tensor([1, 0]),
+        preferred=torch.tensor([4]),
+        other=torch.tensor([3]),
+        easy=torch.tensor([], dtype=torch.long),
+    )
+
+
+def test_session_metrics_by_hand():
+    sess = _toy_session()
+    m = session_metrics(torch.tensor([0.0, 0.0, 0.0, 0.9, 0.5, 0.0]), sess)
+    assert m["pref_mrr"] == pytest.approx(0.5) and m["pairwise"] == 0.0 and m["mrr_all"] == pytest.approx(1.0)
+    m = session_metrics(torch.tensor([0.0, 0.0, 0.0, 0.5, 0.9, 0.0]), sess)
+    assert m["pref_mrr"] == 1.0 and m["pairwise"] == 1.0 and m["ndcg"] == pytest.approx(1.0)
+
+
+def test_fit_picks_grid_values_deterministically():
+    ex = QTOExecutor(_toy())
+    sessions = [_toy_session(0), _toy_session(1)]
+    grid = ((0.5, 2.0), (0.25, 1.0))
+    a = SCORE(torch.eye(6)).fit(ex, sessions, grid=grid)
+    b = SCORE(torch.eye(6)).fit(ex, sessions, grid=grid)
+    assert a == b and a[0] in grid[0] and a[1] in grid[1]
+    base = [ex(s.structure, s.anchors, s.relations) for s in sessions]
+    sims = [complex_cosine(torch.eye(6), s.pref_ids) for s in sessions]
+    ab = CosineReranker().fit(base, sims, sessions, grid=((0.25, 0.75), (0.5, 1.0)))
+    assert ab[0] in (0.25, 0.75) and ab[1] in (0.5, 1.0)
+    with pytest.raises(ValueError, match="metric"):
+        SCORE(torch.eye(6)).fit(ex, sessions, metric="auc")
+
+
+def test_nqr_lite_trains_deterministically():
+    ex = QTOExecutor(_toy())
+    sessions = [_toy_session(0), _toy_session(1)]
+    emb = torch.eye(6)
+    feats = [
+        NQRLite.features(
+            ex(s.structure, s.anchors, s.relations), complex_cosine(emb, s.pref_ids), s.pref_labels, emb
+        )
+        for s in sessions
+    ]
+    runs = []
+    for _ in range(2):
+        model = NQRLite(6, hidden=8)
+        losses = train_nqr(model, feats, sessions, steps=60, lr=0.05, seed=3)
+        runs.append((losses, model(feats[0]).detach()))
+    assert runs[0][0] == runs[1][0] and torch.equal(runs[0][1], runs[1][1])
+    assert runs[0][0][-1] < runs[0][0][0]
+    assert runs[0][1][4] > runs[0][1][3]  # the preferred answer is learned to rank first
