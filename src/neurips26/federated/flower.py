@@ -21,6 +21,12 @@ method modules (:mod:`~neurips26.federated.fedrevive`, :mod:`~neurips26.federate
   API: ``push_messages`` a job to one node, ``pull_messages`` its reply when the simulated clock of
   :class:`~neurips26.federated.fedrevive.AsyncSimulator` says it has arrived, push the next job to
   that node while the others keep training on older versions.
+* Faults (:mod:`~neurips26.federated.faults` injects them): an error reply (a crashed client; a
+  raising ``ClientApp`` becomes one on every grid, as on Flower's simulation engine) or a missing
+  one is skipped, logged at WARNING level and recorded in the strategy's ``crashed``; a reply holding
+  NaN/inf follows the strategy's ``nonfinite`` policy (``"raise"``: ``ValueError`` naming the client;
+  ``"drop"``: skipped, logged, recorded in ``dropped``). Errors raised by the server on the
+  simulation engine reach the caller of :func:`run_rounds` / :func:`run_async` unchanged.
 * Grids and runners: :class:`LocalGrid` is an in-process ``Grid`` that executes the ``ClientApp``
   when a reply is pulled (smoke/quick profiles, tests); :func:`run_rounds` and :func:`run_async`
   run either on :class:`LocalGrid` (``engine="inprocess"``) or on Flower's simulation engine
