@@ -20,8 +20,18 @@ negative examples ``Q`` in log-odds space,
 with :math:`\\mathrm{sim}` the (complex) cosine of entity embeddings. At an intermediate variable the
 adjusted set is propagated through the rest of the query by the same executor.
 
-Status: the component (variables, executor, adjustment, baselines' Cosine reranker, metrics) is
-built and tested; the claim check is not (see the issue notes).
+Also here: the base link predictor (:func:`train_complex`, ComplEx with reciprocal relations, N3 and
+1-vs-all cross entropy; its scores equal PyKEEN's ``ComplExInteraction``), BetaE query sampling
+(:class:`QuerySampler`), exact per-value bindings of a variable (:func:`variable_bindings`), preference
+sessions and their metrics (:class:`Session`, :func:`session_metrics`) and the baselines: the
+unconstrained QTO ranking (the executor itself), :class:`CosineReranker` and :class:`NQRLite`. The
+claim check is ``neurips26.claims.score``.
+
+Shapes
+------
+- fuzzy sets and scores: ``[N]`` (the executor broadcasts over leading dimensions, ``[B, N]``)
+- preference similarities: ``[P, N]``; labels ``[P]``
+- ComplEx embeddings: entities ``[N, k]`` complex, relations ``[2R, k]`` complex
 """
 
 from __future__ import annotations

@@ -1,0 +1,51 @@
+"""Smoke profile of the SCORE claim check: structure, arms, finiteness, determinism, equal budgets."""
+
+import math
+
+from neurips26.claims.runner import run_claim
+from neurips26.claims.score import ARMS_BY_POSITION, CLAIM, DATASETS, POSITIONS
+
+
+def test_smoke_structure_and_determinism(tmp_path):
+    a = run_claim("score", "smoke", out=tmp_path / "a", force=True)
+    b = run_claim("score", "smoke", out=tmp_path / "b", force=True)
+    for crit in (*CLAIM.criteria, *CLAIM.premises):
+        for arm in crit.arms_used(CLAIM.method):
+            assert arm in a["metrics"][crit.metric], (crit.label, arm)
+    for name, arms in a["metrics"].items():
+        assert set(arms) <= set(CLAIM.arms), name
+        for values in arms.values():
+            assert all(math.isfinite(v) for v in values), name
+    for n in DATASETS:
+        for p in POSITIONS:
+            for m in ("pref_mrr", "mrr_all", "ndcg", "pairwise"):
+                assert set(a["metrics"][f"{m}_{n}_{p}"]) == set(ARMS_BY_POSITION[p])
+            sessions = a["info"][0][n][f"sessions_{p}"]
+            assert sessions == {
+                "dev": CLAIM.configs["smoke"]["dev_sessions"],
+                "test": CLAIM.configs["smoke"]["test_sessions"],
+            }
+    assert a["metrics"] == b["metrics"]
+    assert set(CLAIM.glossary) == set(a["metrics"])
+    info = a["info"][0]
+    # one link predictor and the same candidate sets and examples for every arm; grids of equal size
+    budget = info["budget"]
+    assert set(budget) == set(CLAIM.arms)
+    assert len({v["link_predictor"] for v in budget.values()}) == 1
+    assert len({v["candidates"] for v in budget.values()}) == 1
+    assert len({v["examples_per_session"] for v in budget.values()}) == 1
+    for key, sweep in info["sweeps"].items():
+        assert len(sweep["score_w_p"]["grid"]) * len(sweep["score_w_n"]["grid"]) == len(
+            sweep["cosine_alpha"]["grid"]
+        ) * len(sweep["cosine_beta"]["grid"]), key
+    # the per-variable breakdown covers intermediate variables of multi-hop queries
+    inter = [r for r in info["breakdown"] if r["position"] == "inter"]
+    assert inter and all(r["variable"] < 2 and r["type"] in ("2p", "3p", "pi", "ip") for r in inter)
+
+
+def test_claim_declares_items_that_resolve_every_margin():
+    for crit in (*CLAIM.criteria, *CLAIM.premises):
+        full = CLAIM.items.get(crit.metric, {}).get("full")
+        if getattr(crit, "margin", 0) > 0:
+            assert full is not None and 1.0 / full < crit.margin, crit.label  # one query cannot flip it
+    assert len(CLAIM.seeds["full"]) >= 3
