@@ -362,12 +362,19 @@ class TGNLinkPredictor(torch.nn.Module):
         self.event_t = torch.empty(0, dtype=torch.long)
         self.event_msg = torch.empty(0, self.msg_dim)
 
-    def score(self, src: Tensor, dst: Tensor, t: Tensor) -> Tensor:
-        n_id = torch.cat([src, dst]).unique()
-        n_id, edge_index, e_id = self.neighbor_loader(n_id)
+    def _embed_all(self, nodes: Tensor) -> Tensor:
+        n_id, edge_index, e_id = self.neighbor_loader(nodes.unique())
         self._assoc[n_id] = torch.arange(n_id.numel())
         z, last_update = self.memory(n_id)
-        z = self.gnn(z, last_update, edge_index, self.event_t[e_id], self.event_msg[e_id])
+        return self.gnn(z, last_update, edge_index, self.event_t[e_id], self.event_msg[e_id])
+
+    def embed(self, nodes: Tensor, t: Tensor | None = None) -> Tensor:
+        """Node embeddings ``[B, embedding_dim]`` (memory + graph attention) from past events only."""
+        z = self._embed_all(nodes)
+        return z[self._assoc[nodes]]
+
+    def score(self, src: Tensor, dst: Tensor, t: Tensor) -> Tensor:
+        z = self._embed_all(torch.cat([src, dst]))
         h = (self.src_lin(z[self._assoc[src]]) + self.dst_lin(z[self._assoc[dst]])).relu()
         return self.out(h).squeeze(-1)
 
