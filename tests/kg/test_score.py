@@ -404,3 +404,37 @@ def test_nqr_lite_trains_deterministically():
     assert runs[0][0] == runs[1][0] and torch.equal(runs[0][1], runs[1][1])
     assert runs[0][0][-1] < runs[0][0][0]
     assert runs[0][1][4] > runs[0][1][3]  # the preferred answer is learned to rank first
+
+
+def test_nqr_early_stopping_keeps_the_best_validation_state():
+    ex = QTOExecutor(_toy())
+    sessions = [_toy_session(0), _toy_session(1)]
+    emb = torch.eye(6)
+    feats = [
+        NQRLite.features(
+            ex(s.structure, s.anchors, s.relations), complex_cosine(emb, s.pref_ids), s.pref_labels, emb
+        )
+        for s in sessions
+    ]
+
+    def valid_ndcg(model):
+        with torch.no_grad():
+            return session_metrics(model(feats[1]), sessions[1])["ndcg"]
+
+    model = NQRLite(6, hidden=8)
+    train_nqr(model, feats[:1], sessions[:1], steps=1, lr=1e-9, seed=5)
+    at_init = valid_ndcg(model)  # (practically) the seeded initial state
+    model = NQRLite(6, hidden=8)
+    train_nqr(
+        model,
+        feats[:1],
+        sessions[:1],
+        steps=40,
+        lr=0.05,
+        seed=5,
+        valid_features=feats[1:],
+        valid_sessions=sessions[1:],
+    )
+    assert valid_ndcg(model) >= at_init
+    with pytest.raises(ValueError, match="given together"):
+        train_nqr(model, feats, sessions, steps=2, valid_sessions=sessions[1:])

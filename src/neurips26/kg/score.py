@@ -601,12 +601,18 @@ def train_nqr(
     margin: float = 1.0,
     negatives: int = 16,
     seed: int = 0,
+    valid_features: list[Tensor] | None = None,
+    valid_sessions: list[Session] | None = None,
+    metric: str = "ndcg",
+    eval_every: int = 10,
 ) -> list[float]:
     """Train :class:`NQRLite` full-batch with a pairwise hinge loss on training sessions.
 
     The loss averages :math:`\\max(0, m - (s'_a - s'_b))` over all pairs (preferred answer, other hard
     answer) of all sessions, plus the same over pairs (hard answer, one of ``negatives`` sampled
-    non-answers of its session). Adam.
+    non-answers of its session). Adam. With ``valid_sessions`` (and their ``valid_features``) the
+    validation ``metric`` is computed every ``eval_every`` steps and at the end, and the best state is
+    restored (early stopping, the learned baseline's counterpart of SCORE's grid search).
     Returns the loss per step.
     """
     check_int("steps", steps, low=1)
@@ -614,6 +620,10 @@ def train_nqr(
     check_float("margin", margin, 0.0)
     if not sessions or len(features) != len(sessions):
         raise ValueError("features and sessions must be non-empty and of equal length")
+    check_choice("metric", metric, ("ndcg", "pref_mrr", "pairwise", "mrr_all"))
+    check_int("eval_every", eval_every, low=1)
+    if bool(valid_sessions) != bool(valid_features) or len(valid_sessions or []) != len(valid_features or []):
+        raise ValueError("valid_features and valid_sessions must be given together, with equal lengths")
     torch.manual_seed(check_int("seed", seed, low=0))
     for p in model.parameters():  # seeded re-initialisation: the result depends on ``seed`` only
         if p.dim() > 1:
@@ -634,7 +644,21 @@ def train_nqr(
     groups = [torch.tensor(g, dtype=torch.long).view(-1, 3) for g in (po, hn)]
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     losses = []
-    for _ in range(steps):
+    best = (-math.inf, None)
+
+    def validate(step: int) -> None:
+        nonlocal best
+        with torch.no_grad():
+            out = model(torch.stack(valid_features))
+            value = sum(session_metrics(o, s)[metric] for o, s in zip(out, valid_sessions)) / len(
+                valid_sessions
+            )
+        if value > best[0]:
+            best = (value, {k: v.detach().clone() for k, v in model.state_dict().items()})
+
+    for step in range(steps):
+        if valid_sessions and step % eval_every == 0:
+            validate(step)
         out = model(x)
         loss = sum(
             (margin - (out[g[:, 0], g[:, 1]] - out[g[:, 0], g[:, 2]])).clamp(min=0).mean()
@@ -645,6 +669,9 @@ def train_nqr(
         loss.backward()
         opt.step()
         losses.append(float(loss.detach()))
+    if valid_sessions:
+        validate(steps)
+        model.load_state_dict(best[1])
     model.eval()
     return losses
 
