@@ -200,6 +200,7 @@ def _run_inner(cfg: dict, seed: int) -> SeedResult:
         t0 = time.perf_counter()
         _, s_val, s_test = stream_risk_scores(model, parts, arm_store, cfg["batch_size"])
         infer_s = time.perf_counter() - t0
+        raw_test = s_test
         # prior correction of class-weighted training (logit shift by log pos_weight), then temperature scaling
         s_val, s_test = s_val - np.log(pos_weight), s_test - np.log(pos_weight)
         temp = fit_temperature(s_val, ys[1])
@@ -210,7 +211,7 @@ def _run_inner(cfg: dict, seed: int) -> SeedResult:
         metrics["ap_pre"][arm] = m_pre["ap"]
         if arm in (METHOD, "naive_causal", "naive_leaky", "tgn_regate"):
             _, _, s_edit = stream_risk_scores(model, parts, edited, cfg["batch_size"])
-            metrics["causality_violation"][arm] = float((s_edit[pre_cut] - s_test[pre_cut]).abs().max())
+            metrics["causality_violation"][arm] = float((s_edit[pre_cut] - raw_test[pre_cut]).abs().max())
         budget[arm] = {
             "epochs": cfg["epochs"],
             "batch_size": cfg["batch_size"],
@@ -333,10 +334,10 @@ CLAIM = Claim(
             "hidden": 16,
             "arms": list(ARMS),
         },
-        "quick": {**_COMMON, "num_accounts": 500, "num_events": 6000, "epochs": 5, "arms": list(ARMS)},
+        "quick": {**_COMMON, "num_accounts": 500, "num_events": 6000, "epochs": 4, "arms": list(ARMS)},
         "full": {**_COMMON, "num_accounts": 2000, "num_events": 30000, "epochs": 5, "arms": list(ARMS)},
     },
-    seeds={"smoke": (0,), "quick": (0, 1, 2), "full": (0, 1, 2)},
+    seeds={"smoke": (0,), "quick": (0, 1), "full": (0, 1, 2)},
     implemented=(
         "neurips26.temporal.regate: PolicyToken/Document/PolicySchema, RuleBasedExtractor (regex per policy type, "
         "alias matching with evidence spans, hedging -> confidence 0.4, retroactive effective dates clamped to "
@@ -356,7 +357,7 @@ CLAIM = Claim(
         "closed-loop retrieval adapter and the extractor quality-cost sweep are not implemented; the gate's "
         "token embedding adds the document's MiniLM embedding (the issue asks for MiniLM-embedded documents; the "
         "spec's default leaves raw text out); the backbone scores the sender from its own past events only; "
-        "quick uses 6,000 events, full 30,000 with 2,000 accounts (spec 40,000) and 5 epochs."
+        "quick uses 6,000 events, 4 epochs (spec 2) and 2 seeds (spec 1; 3 do not fit 60 s), full 30,000 events with 2,000 accounts (spec 40,000) and 5 epochs."
     ),
     data=(
         "neurips26.temporal.regate.transaction_world: 8 exchange groups, 70% in-group transfers, 5% illicit "
