@@ -61,6 +61,14 @@ def test_intermediate_variable_index_errors():
     ex = QTOExecutor(_toy())
     with pytest.raises(ValueError, match=r"valid positions are 0..0"):
         ex(STRUCTURES["1p"], torch.tensor([0]), torch.tensor([0]), adjust={1: lambda v: v})
+    with pytest.raises(ValueError, match=r"variable index 1 invalid; valid positions are 0..0"):
+        SCORE(torch.eye(6)).answer(
+            ex,
+            STRUCTURES["2i"],
+            torch.tensor([0, 1]),
+            torch.tensor([0, 1]),
+            {1: (torch.tensor([2]), torch.tensor([1]))},
+        )
     with pytest.raises(ValueError, match="needs 1 anchors and 2 relations"):
         ex(STRUCTURES["2p"], torch.tensor([0]), torch.tensor([0]))
     with pytest.raises(ValueError, match="relation id 5"):
