@@ -1,9 +1,13 @@
-"""Peak CPU memory of a call, from the PyTorch profiler's allocator events.
+"""Memory of a call on CPU: the profiler's allocator peak, and the bytes autograd saves for backward.
 
 PyTorch keeps no allocator statistics for CPU tensors, but the profiler with ``profile_memory=True``
 records every allocation and free of the CPU allocator as a ``[memory]`` event with a timestamp and a
 signed size. The running sum of those sizes is the live-bytes curve of the profiled region, and its
 maximum over a call is the call's peak memory (relative to what was live when the profile started).
+
+:func:`saved_tensor_bytes` is the deterministic training-memory probe the graph claims use: the bytes
+of the distinct tensor storages autograd saves for the backward pass of a call (the activation memory
+that dominates training), independent of allocator timing.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["peak_allocated_bytes"]
+__all__ = ["peak_allocated_bytes", "saved_tensor_bytes"]
 
 
 @contextlib.contextmanager
@@ -83,3 +87,31 @@ def peak_allocated_bytes(fn: Callable[[], Any], setup: Callable[[], Any] | None 
 
 
 _MEASURED = "neurips26::measured"
+
+
+def saved_tensor_bytes(fn: Callable[[], Any]) -> tuple[Any, int]:
+    """Run ``fn()`` and return ``(its result, bytes of the tensors autograd saved for backward)``.
+
+    Storages are deduplicated by address (views of one storage count once, at the storage's full
+    size), and every saved tensor is kept alive until ``fn`` returns, so a freed address cannot be
+    reused and counted twice. Deterministic for a fixed model and input.
+    """
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+    import torch
+
+    seen: dict[int, int] = {}
+    alive: list[Any] = []
+
+    def pack(t: Any) -> Any:
+        alive.append(t)
+        try:
+            storage = t.untyped_storage()
+            seen[storage.data_ptr()] = max(seen.get(storage.data_ptr(), 0), storage.nbytes())
+        except (RuntimeError, NotImplementedError):
+            seen[id(t)] = t.numel() * t.element_size()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = fn()
+    return out, int(sum(seen.values()))

@@ -53,6 +53,7 @@ from torch_geometric.utils import dropout_edge, is_torch_sparse_tensor, to_torch
 
 from neurips26.common.checks import check_choice, check_float, check_int
 from neurips26.common.graphs import check_edge_index, linear_probe
+from neurips26.common.profiling import saved_tensor_bytes
 
 __all__ = [
     "GCNMLP",
@@ -558,27 +559,15 @@ def step_memory_bytes(model: nn.Module, data: Data) -> int:
     storage), (ii) parameters, (iii) their gradients and (iv) two Adam moment buffers. On CUDA use
     ``torch.cuda.max_memory_allocated`` instead; CPU has no allocator high-water mark in PyTorch.
     """
-    seen: dict[int, int] = {}
-
-    alive: list[Tensor] = []  # keep every saved tensor alive so freed addresses are never reused
-
-    def pack(t: Tensor):
-        alive.append(t)
-        try:
-            st = t.untyped_storage()
-            seen[st.data_ptr()] = max(seen.get(st.data_ptr(), 0), st.nbytes())
-        except (RuntimeError, NotImplementedError):
-            seen[id(t)] = t.numel() * t.element_size()
-        return t
-
     state = torch.get_rng_state()
     model.train()
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        loss = _loss_of(model, data.x, data.edge_index, getattr(data, "edge_weight", None))
+    loss, saved = saved_tensor_bytes(
+        lambda: _loss_of(model, data.x, data.edge_index, getattr(data, "edge_weight", None))
+    )
     del loss
     torch.set_rng_state(state)
     params = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
-    return int(sum(seen.values()) + 4 * params)
+    return int(saved + 4 * params)
 
 
 def train_unsupervised(

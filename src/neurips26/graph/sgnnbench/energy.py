@@ -31,6 +31,8 @@ from torch_geometric.nn.dense.linear import Linear as PyGLinear
 from torch_geometric.utils import add_remaining_self_loops, is_torch_sparse_tensor
 
 from neurips26.common.checks import check_float
+from neurips26.common.models import count_parameters
+from neurips26.common.profiling import saved_tensor_bytes
 from neurips26.graph.sgnnbench._ops import recording
 
 __all__ = ["E_MAC", "E_AC", "EnergyReport", "energy_report", "count_parameters", "peak_memory"]
@@ -212,11 +214,6 @@ def energy_report(
     )
 
 
-def count_parameters(model: nn.Module, trainable_only: bool = True) -> int:
-    """Number of (trainable) parameters."""
-    return int(sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only))
-
-
 def peak_memory(fn: Callable, *args, device: str = "cpu", **kwargs) -> int:
     """Memory of one call ``fn(*args, **kwargs)`` in bytes (e.g. a forward + backward step).
 
@@ -233,21 +230,7 @@ def peak_memory(fn: Callable, *args, device: str = "cpu", **kwargs) -> int:
         fn(*args, **kwargs)
         torch.cuda.synchronize()
         return int(torch.cuda.max_memory_allocated() - base)
-    seen: dict[int, int] = {}
-
-    alive: list[Tensor] = []  # keep every saved tensor alive so freed addresses are never reused
-
-    def pack(t: Tensor):
-        alive.append(t)
-        try:
-            st = t.untyped_storage()
-            seen[st.data_ptr()] = max(seen.get(st.data_ptr(), 0), st.nbytes())
-        except (RuntimeError, NotImplementedError):
-            seen[id(t)] = t.numel() * t.element_size()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        out = fn(*args, **kwargs)
+    out, saved = saved_tensor_bytes(lambda: fn(*args, **kwargs))
     outs = out if isinstance(out, (tuple, list)) else (out,)
     out_bytes = sum(o.numel() * o.element_size() for o in outs if isinstance(o, Tensor))
-    return int(sum(seen.values()) + out_bytes)
+    return int(saved + out_bytes)
