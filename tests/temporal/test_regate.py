@@ -22,6 +22,7 @@ from neurips26.temporal.regate import (
     TokenStore,
     default_schema,
     expected_calibration_error,
+    stated_effective_dates,
     stream_risk_scores,
     train_risk_epoch,
     transaction_world,
@@ -208,7 +209,7 @@ def test_direction_consistent_tokens_move_monotone_decoder_one_way():
     decoder = nn.Linear(4, 1)
     with torch.no_grad():
         decoder.weight.fill_(1.0)  # monotone increasing decoder
-    assert float(decoder(out)) > float(decoder(h))
+        assert float(decoder(out)) > float(decoder(h))
     store.add([_tok(p=3.0, doc="c", ptype="license_grant", d=-1)])
     assert not store.direction_consistent(0, 5.0, tau_s=10.0)
 
@@ -292,6 +293,10 @@ def test_world_documents_and_bad_stream_input():
     late = next(d for d in world.documents if d.doc_id == "late_report")
     assert late.publish_time > world.shift_times[-1] or late.publish_time > world.shift_times[0]
     assert 0 < float(world.labels.mean()) < 0.5
+    stated = stated_effective_dates(world.documents)
+    assert stated["late_report"] == world.shift_times[0] < late.publish_time  # written retroactively
+    ex = RuleBasedExtractor(default_schema(), {}, world.group_index)
+    assert all(t.effective_time >= late.publish_time for t in ex.extract(late))  # but clamped on extraction
     bb = GraphMixerLite(10, 4, hidden=8, k=3)
     with pytest.raises(ValueError, match="non-decreasing"):
         bb.observe(torch.tensor([0, 1]), torch.tensor([1, 2]), torch.tensor([5, 3]), torch.zeros(2, 4))

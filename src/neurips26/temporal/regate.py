@@ -71,6 +71,7 @@ __all__ = [
     "TransactionWorld",
     "transaction_world",
     "default_schema",
+    "stated_effective_dates",
     "train_risk_epoch",
     "stream_risk_scores",
     "fit_temperature",
@@ -528,14 +529,22 @@ class NaiveTextInjection(nn.Module):
     """Naive baseline: the mean text embedding of every document aligned by date, added to the node state.
 
     ``leaky=False`` aligns by publication (documents with ``publish_time < t``); ``leaky=True`` aligns by
-    the stated effective date even when the document was published later, which leaks the future.
+    the stated effective date (``stated_dates``, as written in the text, else the token's clamped one) even
+    when the document was published later, which leaks the future.
     """
 
     def __init__(
-        self, backbone: nn.Module, decoder: nn.Module, text_dim: int, hidden: int, leaky: bool = False
+        self,
+        backbone: nn.Module,
+        decoder: nn.Module,
+        text_dim: int,
+        hidden: int,
+        leaky: bool = False,
+        stated_dates: dict[str, float] | None = None,
     ):
         super().__init__()
         self.backbone, self.decoder, self.leaky = backbone, decoder, bool(leaky)
+        self.stated_dates = dict(stated_dates or {})  # doc_id -> effective date as written (not clamped)
         self.proj = nn.Linear(check_int("text_dim", text_dim, low=1), check_int("hidden", hidden, low=1))
 
     def reset_state(self) -> None:
@@ -548,7 +557,7 @@ class NaiveTextInjection(nn.Module):
         h = self.backbone.embed(src, t)
         docs: dict[str, tuple[float, float]] = {}
         for tok in store.tokens:
-            docs[tok.doc_id] = (tok.publish_time, tok.effective_time)
+            docs[tok.doc_id] = (tok.publish_time, self.stated_dates.get(tok.doc_id, tok.effective_time))
         ids = [d for d in docs if d in store.doc_embeddings]
         if ids:
             emb = torch.stack([store.doc_embeddings[d] for d in ids])
@@ -629,6 +638,16 @@ class TransactionWorld:
     shift_times: tuple[int, ...]
     target_groups: tuple[int, ...]
     reference_tokens: set[tuple[int, str, int]]
+
+
+def stated_effective_dates(docs: Sequence[Document]) -> dict[str, float]:
+    """Effective dates as written in each document ("effective day N"), without the publication clamp."""
+    out = {}
+    for d in docs:
+        m = _EFFECTIVE.search(d.text)
+        if m:
+            out[d.doc_id] = float(m.group(1))
+    return out
 
 
 def default_schema() -> PolicySchema:
