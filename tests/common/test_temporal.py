@@ -229,3 +229,20 @@ def test_evaluate_stream_reports_metrics_and_is_deterministic():
     for k in ("ap", "auc", "mrr"):
         assert a[k] == b[k] and 0 <= a[k] <= 1
     assert a["ap"] > 0.5  # the stream repeats pairs, so memorisation beats chance
+
+
+def test_tgn_embed_matches_score_path_and_shapes():
+    torch.manual_seed(0)
+    data, _ = interaction_stream(30, 200, msg_dim=4, seed=9)
+    model = TGNLinkPredictor(30, 4, memory_dim=8, time_dim=8, embedding_dim=6, num_neighbors=3)
+    model.eval()
+    for b in temporal_loader(data, 50):
+        model.observe(b.src, b.dst, b.t, b.msg)
+    nodes = torch.tensor([3, 1, 3, 7])
+    z = model.embed(nodes)
+    assert z.shape == (4, 6) and torch.equal(z[0], z[2])
+    with torch.no_grad():
+        # the link score is the predictor applied to the same node embeddings
+        src, dst = torch.tensor([3]), torch.tensor([7])
+        h = (model.src_lin(model.embed(src)) + model.dst_lin(model.embed(dst))).relu()
+        assert torch.allclose(model.score(src, dst, torch.tensor([0])), model.out(h).squeeze(-1), atol=1e-6)
