@@ -17,9 +17,11 @@ from neurips26.temporal.regate import (
     LLMExtractor,
     NaiveTextInjection,
     PolicyToken,
+    RetrievalAdapter,
     RuleBasedExtractor,
     TokenBatch,
     TokenStore,
+    attention_mass,
     default_schema,
     expected_calibration_error,
     stated_effective_dates,
@@ -307,3 +309,29 @@ def test_world_documents_and_bad_stream_input():
         bb.observe(torch.tensor([0]), torch.tensor([1]), torch.tensor([6.5]), torch.zeros(1, 4))
     with pytest.raises(ValueError, match="TokenStore"):
         REGATE(bb, BoundedPolicyGate(8), nn.Linear(8, 1))(torch.tensor([0]), torch.tensor([9]))
+
+
+def test_retrieval_adapter_learns_from_attention_alone():
+    docs = [
+        Document("a", 1.0, "newswire", "Pine Exchange was granted a license."),
+        Document("b", 2.0, "regulator", "An enforcement action against Harbor Exchange."),
+        Document("c", 3.0, "forum", "A new reporting rule for Cedar Exchange."),
+    ]
+    ad = RetrievalAdapter(num_buckets=64, lr=20.0, aliases=("Harbor Exchange",))
+    before = ad.rank(docs)
+    losses = [ad.update(docs, {"b": 1.0}) for _ in range(5)]
+    assert ad.rank(docs)[0][0] == "b" and losses[-1] < losses[0]
+    assert [d for d, _ in before] == ["a", "b", "c"]  # all zero at start: ties broken by id
+    picked = ad.select(docs, budget=2, explore=0.5, seed=0)
+    assert picked[0] == "b" and len(picked) == 2 and len(set(picked)) == 2
+    assert ad.update(docs, {}) == 0.0
+    with pytest.raises(ValueError, match="budget"):
+        ad.select(docs, budget=-1)
+
+
+def test_attention_mass_sums_per_document():
+    store = _store([_tok(doc="x"), _tok(doc="y"), _tok(doc="x")])
+    mass = attention_mass(
+        store, torch.tensor([[0, 1, 2], [2, -1, -1]]), torch.tensor([[0.2, 0.3, 0.5], [1.0, 0, 0]])
+    )
+    assert mass == pytest.approx({"x": 1.7, "y": 0.3})

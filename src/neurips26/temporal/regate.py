@@ -66,6 +66,8 @@ __all__ = [
     "NaiveTextInjection",
     "REGATE",
     "expected_calibration_error",
+    "attention_mass",
+    "RetrievalAdapter",
     "embed_documents",
     "POLICY_TYPES",
     "TransactionWorld",
@@ -504,6 +506,7 @@ class REGATE(nn.Module):
         super().__init__()
         self.backbone, self.gate, self.decoder = backbone, gate, decoder
         self.last_attention: Tensor | None = None
+        self.last_token_index: Tensor | None = None
 
     def reset_state(self) -> None:
         self.backbone.reset_state()
@@ -522,6 +525,7 @@ class REGATE(nn.Module):
                 raise ValueError("REGATE with a gate needs a TokenStore")
             tb = store.visible(src, t, k_max=self.gate.k_max, tau_s=self.gate.tau_s)
             h, self.last_attention = self.gate(h, tb, t)
+            self.last_token_index = tb.index
         return self.decoder(h).squeeze(-1)
 
 
@@ -568,6 +572,72 @@ class NaiveTextInjection(nn.Module):
             w = vis.float() / vis.float().sum(1, keepdim=True).clamp(min=1)
             h = h + self.proj(w @ emb)
         return self.decoder(h).squeeze(-1)
+
+
+def attention_mass(store: TokenStore, index: Tensor, attn: Tensor) -> dict[str, float]:
+    """Total routing attention received by each document's tokens (``index``/``attn`` ``[B, k]``)."""
+    out: dict[str, float] = {}
+    for i, a in zip(index.flatten().tolist(), attn.detach().flatten().tolist()):
+        if i >= 0 and a > 0:
+            doc = store.tokens[i].doc_id
+            out[doc] = out.get(doc, 0.0) + a
+    return out
+
+
+class RetrievalAdapter:
+    """Closed-loop document scorer :math:`s_\\phi(d) = \\phi^\\top \\psi(d)` distilled from routing attention.
+
+    :math:`\\psi(d)`: hashed bag of words (``num_buckets``) + hashed source + alias-match count. ``update``
+    takes one gradient step on :math:`\\mathrm{KL}(q \\| \\mathrm{softmax}(s_\\phi))` over the window's extracted
+    documents, :math:`q \\propto` attention mass; no relevance labels. ``select`` spends a retrieval budget
+    on the top-scored documents plus ``explore`` uniformly random ones.
+    """
+
+    def __init__(self, num_buckets: int = 4096, lr: float = 0.1, aliases: Sequence[str] = ()):
+        self.num_buckets = check_int("num_buckets", num_buckets, low=2)
+        self.lr = check_float("lr", lr, 0.0, low_open=True)
+        self.aliases = tuple(aliases)
+        self.phi = torch.zeros(num_buckets + 1)
+
+    def _bucket(self, token: str) -> int:
+        return int(hashlib.md5(token.encode()).hexdigest()[:8], 16) % self.num_buckets
+
+    def features(self, docs: Sequence[Document]) -> Tensor:
+        x = torch.zeros(len(docs), self.num_buckets + 1)
+        for r, d in enumerate(docs):
+            for w in re.findall(r"[a-z]+", d.text.lower()):
+                x[r, self._bucket(w)] += 1.0
+            x[r, self._bucket("source=" + d.source)] += 1.0
+            x[r, -1] = sum(d.text.count(a) for a in self.aliases)
+        return x / x.sum(1, keepdim=True).clamp(min=1.0)
+
+    def update(self, docs: Sequence[Document], mass: dict[str, float]) -> float:
+        if not docs:
+            raise ValueError("update needs at least one document")
+        q = torch.tensor([max(mass.get(d.doc_id, 0.0), 0.0) for d in docs])
+        if q.sum() <= 0:
+            return 0.0
+        q = q / q.sum()
+        phi = self.phi.clone().requires_grad_(True)
+        logp = torch.log_softmax(self.features(docs) @ phi, 0)
+        loss = (q * (torch.log(q.clamp(min=1e-12)) - logp)).sum()
+        loss.backward()
+        self.phi = (phi - self.lr * phi.grad).detach()
+        return float(loss.detach())
+
+    def rank(self, docs: Sequence[Document]) -> list[tuple[str, float]]:
+        scores = (self.features(docs) @ self.phi).tolist() if docs else []
+        return sorted(((d.doc_id, s) for d, s in zip(docs, scores)), key=lambda x: (-x[1], x[0]))
+
+    def select(self, docs: Sequence[Document], budget: int, explore: float = 0.1, seed: int = 0) -> list[str]:
+        check_int("budget", budget, low=0)
+        check_float("explore", explore, 0.0, 1.0)
+        n_explore = int(round(explore * budget))
+        top = [d for d, _ in self.rank(docs)][: budget - n_explore]
+        rest = [d.doc_id for d in docs if d.doc_id not in top]
+        rng = np.random.default_rng(seed)
+        extra = list(rng.permutation(rest)[:n_explore]) if rest else []
+        return top + [str(x) for x in extra]
 
 
 def expected_calibration_error(probs: Tensor, labels: Tensor, n_bins: int = 15) -> float:
