@@ -108,8 +108,13 @@ def test_negative_sampler_random_and_historical():
     ns, nd = h.sample(src, dst)
     pairs = set(zip(ns.tolist()[:2], nd.tolist()[:2]))
     assert pairs == {(7, 9), (8, 0)}  # historical edges not in the batch; (1, 4) is in the batch
-    with pytest.raises(ValueError, match="strategy"):
+    ind = NegativeSampler(torch.arange(10), "inductive", seed=0, inductive_nodes=torch.tensor([8, 9]))
+    ns, nd = ind.sample(src, dst)
+    assert torch.equal(ns, src) and set(nd.tolist()) <= {8, 9}  # only unseen nodes as destinations
+    with pytest.raises(ValueError, match="inductive_nodes"):
         NegativeSampler(torch.arange(10), "inductive")
+    with pytest.raises(ValueError, match="strategy"):
+        NegativeSampler(torch.arange(10), "popular")
 
 
 def test_metrics_match_sklearn_and_hand_mrr():

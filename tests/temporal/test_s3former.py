@@ -5,8 +5,16 @@ import math
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from neurips26.common.temporal import NegativeSampler, interaction_stream, temporal_loader, train_epoch
+from neurips26.common.temporal import (
+    NegativeSampler,
+    interaction_stream,
+    make_stream,
+    temporal_loader,
+    train_epoch,
+)
 from neurips26.temporal.s3former import (
     CausalHistory,
     OnlineStatMemory,
@@ -180,3 +188,63 @@ def test_default_time_scales_and_bad_arguments():
         model.observe(T([0]), T([1]), T([1]), torch.zeros(1, 5))
     with pytest.raises(ValueError, match="num_nodes"):
         model.score(T([0]), T([25]), T([1]))
+
+
+def _stream_scores(model, data, batch):
+    """Score every batch before observing it (the DyGLib protocol); returns one logit per event."""
+    model.eval()
+    model.reset_state()
+    out = []
+    with torch.no_grad():
+        for b in temporal_loader(data, batch):
+            out.append(model.score(b.src, b.dst, b.t))
+            model.observe(b.src, b.dst, b.t, b.msg)
+    return torch.cat(out)
+
+
+@settings(max_examples=6, deadline=None)
+@given(st.integers(0, 1000), st.integers(2, 5), st.sampled_from(["delete", "permute", "change"]))
+def test_scores_before_t_ignore_any_edit_at_or_after_t(seed, cut_batch, edit):
+    data = interaction_stream(20, 240, msg_dim=3, seed=seed)[0]
+    cut = cut_batch * 40
+    model = _small()
+    base = _stream_scores(model, data, 40)
+    tail = data[cut:]
+    g = torch.Generator().manual_seed(seed)
+    if edit == "delete":
+        edited = data[: cut + 20]
+    elif edit == "permute":
+        perm = torch.randperm(tail.num_events, generator=g)
+        edited = make_stream(
+            torch.cat([data.src[:cut], tail.src[perm]]),
+            torch.cat([data.dst[:cut], tail.dst[perm]]),
+            data.t,
+            torch.cat([data.msg[:cut], tail.msg[perm]]),
+        )
+    else:
+        edited = make_stream(data.src, data.dst, data.t, torch.cat([data.msg[:cut], tail.msg * 5 + 1]))
+    again = _stream_scores(model, edited, 40)
+    assert torch.equal(base[:cut], again[:cut])
+
+
+def test_node_relabelling_invariance():
+    data = interaction_stream(20, 240, msg_dim=3, seed=11)[0]
+    perm = torch.randperm(20, generator=torch.Generator().manual_seed(0))
+    relabelled = make_stream(perm[data.src], perm[data.dst], data.t, data.msg)
+    model = _small()
+    a, b = _stream_scores(model, data, 40), _stream_scores(model, relabelled, 40)
+    assert torch.allclose(a, b, atol=1e-5)
+
+
+def test_ablation_flags_remove_parameters():
+    full = {n.split(".")[0] for n, _ in _small().named_parameters()}
+    assert {"node_mlp", "pair_mlp", "sub_in", "gin", "sub_out", "short_proj", "gate_c", "delta"} <= full
+    assert not {"sub_in", "gin", "sub_out"} & {
+        n.split(".")[0] for n, _ in _small(use_pair_subgraph=False).named_parameters()
+    }
+    assert not {"node_mlp", "pair_mlp"} & {
+        n.split(".")[0] for n, _ in _small(use_stats=False).named_parameters()
+    }
+    assert "short_proj" not in {n.split(".")[0] for n, _ in _small(use_short=False).named_parameters()}
+    concat = {n.split(".")[0] for n, _ in _small(fusion="concat").named_parameters()}
+    assert "gate_c" not in concat and "cat_out" in concat

@@ -190,15 +190,25 @@ class NegativeSampler:
     ----------
     dst_pool : Tensor
         Candidate destinations for random negatives (e.g. every node id, or every destination of the stream).
-    strategy : {"random", "historical"}
+    strategy : {"random", "historical", "inductive"}
+        ``inductive``: the source is kept and the destination is drawn from ``inductive_nodes`` (nodes
+        unseen in training; DyGLib's inductive negatives).
     seed : int
+    inductive_nodes : Tensor, optional
+        Node ids for the ``inductive`` strategy.
     """
 
-    def __init__(self, dst_pool: Tensor, strategy: str = "random", seed: int = 0):
-        self.strategy = check_choice("strategy", strategy, ("random", "historical"))
+    def __init__(
+        self, dst_pool: Tensor, strategy: str = "random", seed: int = 0, inductive_nodes: Tensor | None = None
+    ):
+        self.strategy = check_choice("strategy", strategy, ("random", "historical", "inductive"))
         if not isinstance(dst_pool, Tensor) or dst_pool.dim() != 1 or dst_pool.numel() < 2:
             raise ValueError("dst_pool must be a 1-D tensor with at least 2 node ids")
         self.dst_pool = dst_pool.long().unique()
+        if strategy == "inductive":
+            if inductive_nodes is None or inductive_nodes.numel() == 0:
+                raise ValueError("strategy='inductive' needs a non-empty inductive_nodes tensor of node ids")
+            self.inductive_pool = inductive_nodes.long().unique()
         self.gen = torch.Generator().manual_seed(check_int("seed", seed))
         self.seen: set[tuple[int, int]] = set()
         self._seen_list: list[tuple[int, int]] = []
@@ -224,6 +234,9 @@ class NegativeSampler:
         b = src.numel()
         if self.strategy == "random":
             return src.clone(), self.random_dst(b)[:, 0]
+        if self.strategy == "inductive":
+            idx = torch.randint(self.inductive_pool.numel(), (b,), generator=self.gen)
+            return src.clone(), self.inductive_pool[idx]
         batch = set(zip(src.tolist(), dst.tolist()))
         cand = [p for p in self._seen_list if p not in batch]
         neg_src, neg_dst = src.clone(), self.random_dst(b)[:, 0]

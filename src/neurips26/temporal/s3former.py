@@ -369,7 +369,7 @@ class S3Former(nn.Module):
     hidden, time_dim, long_len, short_len, patch_size, k_sub, num_layers, num_heads, dropout
         As in the spec (defaults: 64, 32, 64, 8, 8, 16, 2, 2, 0.1).
     use_pair_subgraph, use_stats, use_short : bool
-        Ablation switches; a switched-off branch feeds zeros (it carries no information).
+        Ablation switches; a switched-off branch has no parameters and feeds zeros to the fusion.
     fusion : {"ccf", "concat", "none"}
         ``none`` uses only the sequence branch and the :math:`l_0` decoder (DyGFormer-lite when the
         other branches are off).
@@ -432,7 +432,7 @@ class S3Former(nn.Module):
         self.cooc = _mlp(2, d, d)
         tok = edge_feat_dim + time_dim + d
         self.long_proj = nn.Linear(tok * patch_size, d)
-        self.short_proj = nn.Linear(tok, d)
+        self.short_proj = nn.Linear(tok, d) if self.use_short else None
         self.segment = nn.Embedding(4, d)
         layer = nn.TransformerEncoderLayer(d, num_heads, 2 * d, dropout, batch_first=True)
         self.encoder = nn.TransformerEncoder(layer, num_layers, enable_nested_tensor=False)
@@ -441,12 +441,14 @@ class S3Former(nn.Module):
         if self.fusion == "none":
             self.node_out = nn.Linear(2 * d, d)
             return
-        self.node_std, self.pair_std = _Standardizer(len(NODE_STATS)), _Standardizer(len(PAIR_STATS))
-        self.node_mlp = _mlp(len(NODE_STATS), d, d)
-        self.pair_mlp = _mlp(len(PAIR_STATS), d, d)
-        self.sub_in = nn.Linear(13, d)
-        self.gin = nn.ModuleList([DenseGINConv(_mlp(d, d, d), train_eps=True) for _ in range(2)])
-        self.sub_out = _mlp(4 * d + 3, d, d)
+        if self.use_stats:  # a switched-off branch has no parameters
+            self.node_std, self.pair_std = _Standardizer(len(NODE_STATS)), _Standardizer(len(PAIR_STATS))
+            self.node_mlp = _mlp(len(NODE_STATS), d, d)
+            self.pair_mlp = _mlp(len(PAIR_STATS), d, d)
+        if self.use_pair:
+            self.sub_in = nn.Linear(13, d)
+            self.gin = nn.ModuleList([DenseGINConv(_mlp(d, d, d), train_eps=True) for _ in range(2)])
+            self.sub_out = _mlp(4 * d + 3, d, d)
         if self.fusion == "ccf":
             self.gate_c = nn.Linear(2 * d, 3)
             self.proj = nn.ModuleList([nn.Linear(d, d) for _ in range(4)])  # P_0, P_long, P_short, P_m
@@ -549,15 +551,16 @@ class S3Former(nn.Module):
         if self.fusion == "none":
             r_u, r_v = self.node_out(torch.cat([hl_u, hs_u], -1)), self.node_out(torch.cat([hl_v, hs_v], -1))
             return self.base(torch.cat([r_u * r_v, (r_u - r_v).abs(), r_u + r_v], -1)).squeeze(-1)
-        ns_u, ns_v = self.stats.node_stats(src, t), self.stats.node_stats(dst, t)
-        ps = self.stats.pair_stats(src, dst, t)
-        if not self.use_stats:
-            ns_u, ns_v, ps = torch.zeros_like(ns_u), torch.zeros_like(ns_v), torch.zeros_like(ps)
-        if self.training:  # moments are fitted on training candidates only
-            self.node_std.update(torch.cat([ns_u, ns_v]))
-            self.pair_std.update(ps)
-        m_u, m_v = self.node_mlp(self.node_std(ns_u)), self.node_mlp(self.node_std(ns_v))
-        m_uv = self.pair_mlp(self.pair_std(ps))
+        if self.use_stats:
+            ns_u, ns_v = self.stats.node_stats(src, t), self.stats.node_stats(dst, t)
+            ps = self.stats.pair_stats(src, dst, t)
+            if self.training:  # moments are fitted on training candidates only
+                self.node_std.update(torch.cat([ns_u, ns_v]))
+                self.pair_std.update(ps)
+            m_u, m_v = self.node_mlp(self.node_std(ns_u)), self.node_mlp(self.node_std(ns_v))
+            m_uv = self.pair_mlp(self.pair_std(ps))
+        else:
+            m_u = m_v = m_uv = torch.zeros(src.numel(), self.hidden)
         z = self._pair_branch(src, dst, t)
         if self.fusion == "concat":
             r_u = self.node_cat(torch.cat([hl_u, hs_u, m_u], -1))
