@@ -358,7 +358,8 @@ CLAIM = Claim(
     ),
     differences=(
         "Synthetic template world instead of Elliptic; two backbones (GraphMixer-lite, TGN) instead of six; the "
-        "closed-loop retrieval adapter and the extractor quality-cost sweep are not implemented; the gate's "
+        "closed-loop RetrievalAdapter is implemented and unit-tested but no retrieval-budget run is part of this "
+        "check; the extractor quality-cost, extractor-noise and distractor-ratio sweeps are not run; the gate's "
         "token embedding adds the document's MiniLM embedding (the issue asks for MiniLM-embedded documents; the "
         "spec's default leaves raw text out); the backbone scores the sender from its own past events only; "
         "quick uses 6,000 events, 4 epochs (spec 2) and 2 seeds (spec 1; 3 do not fit 60 s), full 30,000 events with 2,000 accounts (spec 40,000) and 5 epochs."
