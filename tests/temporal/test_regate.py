@@ -335,3 +335,23 @@ def test_attention_mass_sums_per_document():
         store, torch.tensor([[0, 1, 2], [2, -1, -1]]), torch.tensor([[0.2, 0.3, 0.5], [1.0, 0, 0]])
     )
     assert mass == pytest.approx({"x": 1.7, "y": 0.3})
+
+
+def test_unbounded_ablation_can_exceed_rho_and_priors_switch():
+    torch.manual_seed(0)
+    h = torch.randn(5, 8)
+    tb = _batch(seed=3)
+    gate = BoundedPolicyGate(8, rho=0.05, k_max=4, bounded=False)
+    with torch.no_grad():
+        gate.v.weight.mul_(50.0)
+        gate.g.bias.fill_(10.0)
+    assert (gate(h, tb)[0] - h).abs().max() > 0.05
+    bounded = BoundedPolicyGate(8, rho=0.05, k_max=4)
+    bounded.load_state_dict(gate.state_dict())
+    assert (bounded(h, tb)[0] - h).abs().max() <= 0.05 + 1e-6
+    flat = BoundedPolicyGate(8, k_max=4, priors=False)
+    for p in flat.parameters():
+        nn.init.zeros_(p)
+    _, attn = flat(torch.zeros(5, 8), tb)
+    row = attn[0][tb.mask[0]]
+    assert torch.allclose(row, torch.full_like(row, 1 / row.numel()))  # no priors: uniform on equal content

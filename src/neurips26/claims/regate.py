@@ -46,8 +46,9 @@ from neurips26.temporal.regate import (
 
 METHOD = "regate"
 BASELINES = ("backbone", "naive_causal", "tgn_backbone")
-REFERENCES = ("naive_leaky", "timestamps_only", "tgn_regate")
-ARMS = (METHOD, *BASELINES, *REFERENCES)
+ABLATIONS = ("no_priors", "unbounded_gate")
+REFERENCES = ("naive_leaky", "timestamps_only", "tgn_regate", *ABLATIONS)
+ARMS = (METHOD, *BASELINES, "naive_leaky", "timestamps_only", "tgn_regate")  # run in every profile
 TEXT_DIM = 384
 
 
@@ -69,7 +70,16 @@ def _make(arm: str, cfg: dict, n: int, msg_dim: int, tau_s: float, stated: dict 
         return NaiveTextInjection(
             bb, _decoder(h), TEXT_DIM, h, leaky=arm == "naive_leaky", stated_dates=stated
         )
-    gate = BoundedPolicyGate(h, rho=cfg["rho"], tau_s=tau_s, k_max=cfg["k_max"], text_dim=TEXT_DIM)
+    gate = BoundedPolicyGate(
+        h,
+        rho=cfg["rho"],
+        tau_s=tau_s,
+        k_max=cfg["k_max"],
+        text_dim=TEXT_DIM,
+        priors=arm != "no_priors",
+        evidence_gate=arm != "no_priors",
+        bounded=arm != "unbounded_gate",
+    )
     return REGATE(bb, gate, _decoder(h))
 
 
@@ -339,7 +349,13 @@ CLAIM = Claim(
             "arms": list(ARMS),
         },
         "quick": {**_COMMON, "num_accounts": 500, "num_events": 6000, "epochs": 3, "arms": list(ARMS)},
-        "full": {**_COMMON, "num_accounts": 2000, "num_events": 30000, "epochs": 5, "arms": list(ARMS)},
+        "full": {
+            **_COMMON,
+            "num_accounts": 2000,
+            "num_events": 30000,
+            "epochs": 5,
+            "arms": [*ARMS, *ABLATIONS],
+        },
     },
     seeds={"smoke": (0,), "quick": (0, 1, 2), "full": (0, 1, 2)},
     implemented=(
@@ -354,7 +370,9 @@ CLAIM = Claim(
         "LastNeighborLoader + TransformerConv), NaiveTextInjection (mean MiniLM embedding of documents by "
         "publication date, or leaky by effective date), ECE with 15 equal-width bins, temperature scaling on the "
         "pre-shift validation window. Arms share hidden 32, epochs, batch 100, Adam lr 5e-3 and the class "
-        "weight; timestamps_only permutes token contents (types, directions, groups, embeddings) across tokens."
+        "weight; timestamps_only permutes token contents (types, directions, groups, embeddings) across tokens. "
+        "Full profile adds the ablations no_priors (no log(c w) attention priors, no evidence gate) and "
+        "unbounded_gate (g * m instead of rho g tanh(m)) as reference arms without criteria."
     ),
     differences=(
         "Synthetic template world instead of Elliptic; two backbones (GraphMixer-lite, TGN) instead of six; the "

@@ -18,7 +18,10 @@ from neurips26.temporal.regate.tokens import POLICY_TYPES, Document, TokenBatch,
 
 
 class BoundedPolicyGate(nn.Module):
-    """Routing attention over visible tokens and the bounded gated residual (module docstring)."""
+    """Routing attention over visible tokens and the bounded gated residual (module docstring).
+
+    Ablations: ``priors=False`` drops the log(c w) attention priors, ``bounded=False`` replaces
+    :math:`\\rho\\, g \\odot \\tanh(m)` by the unbounded :math:`g \\odot m`."""
 
     def __init__(
         self,
@@ -31,6 +34,7 @@ class BoundedPolicyGate(nn.Module):
         text_dim: int = 0,
         time_dim: int = 16,
         priors: bool = True,
+        bounded: bool = True,
     ):
         super().__init__()
         self.hidden = check_int("hidden", hidden, low=1)
@@ -39,7 +43,7 @@ class BoundedPolicyGate(nn.Module):
         self.k_max = check_int("k_max", k_max, low=1)
         self.time_dim = check_int("time_dim", time_dim, low=1)
         self.text_dim = check_int("text_dim", text_dim, low=0)
-        self.evidence_gate, self.priors = bool(evidence_gate), bool(priors)
+        self.evidence_gate, self.priors, self.bounded = bool(evidence_gate), bool(priors), bool(bounded)
         self.e_type = nn.Embedding(check_int("num_policy_types", num_policy_types, low=1), hidden)
         self.e_dir = nn.Embedding(3, hidden)
         self.e_time = nn.Linear(time_dim, hidden)
@@ -71,7 +75,7 @@ class BoundedPolicyGate(nn.Module):
         attn = torch.softmax(torch.where(has[:, None], logits, torch.zeros_like(logits)), -1) * mask
         m = (attn[..., None] * self.v(e)).sum(1)
         g = torch.sigmoid(self.g(torch.cat([h, m], -1)))
-        upd = self.rho * g * torch.tanh(m)
+        upd = self.rho * g * torch.tanh(m) if self.bounded else g * m  # bounded=False: the no-bound ablation
         if self.evidence_gate:
             upd = upd * (1 - torch.exp(-(tb.conf * tb.stale * mask).sum(1)))[:, None]
         upd = torch.where(has[:, None], upd, torch.zeros_like(upd))
