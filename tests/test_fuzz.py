@@ -1037,6 +1037,70 @@ def _specs_more() -> dict[str, Spec]:
         ),
         bad={"trajs": ([], None, ["traj"]), "config": ("rf",), "key_fn": (None,)},
     )
+
+    # ------------------------------------------------------------------ temporal
+    from neurips26.temporal import s3former
+
+    def stream():
+        return {
+            "src": torch.tensor([0, 1, 2, 3, 1]),
+            "dst": torch.tensor([1, 2, 3, 0, 3]),
+            "t": torch.tensor([1, 2, 3, 4, 5]),
+            "msg": _randn(5, 3),
+        }
+
+    def s3(src, dst, t, msg, **kw):
+        torch.manual_seed(0)
+        small = {"hidden": 8, "time_dim": 4, "long_len": 8, "short_len": 2, "patch_size": 4, "k_sub": 4}
+        model = s3former.S3Former(5, 3, **{**small, "num_layers": 1, **kw}).eval()
+        model.observe(src, dst, t, msg)
+        after = torch.full_like(t, int(t.max()) + 1) if t.numel() else t
+        return model.score(src, dst, after)
+
+    s["s3former.S3Former"] = Spec(
+        s3,
+        tensors=stream,
+        bad={
+            "num_nodes": (0,),
+            "hidden": (1,),
+            "dropout": (1.0, -0.1),
+            "fusion": ("sum",),
+            "long_len": (6,),
+            "num_heads": (3,),
+        },
+    )
+
+    from neurips26.temporal import regate
+
+    def token(**kw):
+        fields = {
+            "doc_id": "d0", "entity_ids": (1,), "group_ids": (0,), "policy_type": "sanction", "direction": 1,
+            "publish_time": 1.0, "effective_time": 2.0, "confidence": 0.8, "evidence": (0, 5), "extractor": "rule",
+        }  # fmt: skip
+        return regate.PolicyToken(**{**fields, **kw})
+
+    s["regate.PolicyToken"] = Spec(
+        token,
+        bad={
+            "confidence": (-0.1, 1.5, float("nan")),
+            "publish_time": (float("nan"), float("inf")),
+            "direction": (2, True),
+            "evidence": ((5, 1), (-1, 2)),
+            "entity_ids": ([1], (-1,)),
+        },
+    )
+
+    def gated(src, dst, t, msg, **kw):
+        torch.manual_seed(0)
+        backbone = regate.GraphMixerLite(5, 3, hidden=8, k=4, time_dim=4)
+        model = regate.REGATE(backbone, regate.BoundedPolicyGate(8, k_max=2, **kw), torch.nn.Linear(8, 1)).eval()
+        store = regate.TokenStore(torch.tensor([0, 0, 1, 1, 0]))
+        store.add([token(entity_ids=(1,), publish_time=0.0, effective_time=0.0)])
+        model.observe(src, dst, t, msg)
+        after = torch.full_like(t, int(t.max()) + 1) if t.numel() else t
+        return model(src, after, store)
+
+    s["regate.REGATE"] = Spec(gated, tensors=stream, bad={"k_max": (0,), "rho": (-1.0,), "tau_s": (0.0,)})
     return s
 
 

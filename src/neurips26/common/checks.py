@@ -37,7 +37,11 @@ def check_float(
     low_open: bool = False,
     high_open: bool = False,
 ) -> float:
-    """Return ``float(value)`` if it is a finite real number in the given range; raise otherwise."""
+    """Return ``float(value)`` if it is a real number, not NaN, in the given range; raise otherwise.
+
+    Infinities pass when the range allows them (e.g. SSD's threshold ``inf``); callers that need a
+    finite value check ``math.isfinite`` or give finite bounds.
+    """
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{name} must be a real number, got {type(value).__name__} ({value!r})")
     value = float(value)

@@ -127,6 +127,54 @@ def check_timestamps(t: Tensor, name: str = "t") -> Tensor:
     return t.long()
 
 
+MAX_FEATURE = 1e6  # |edge features| beyond this overflow float32 attention/mixing logits
+
+
+def check_event_batch(
+    src: Tensor,
+    dst: Tensor | None,
+    t: Tensor,
+    msg: Tensor | None = None,
+    *,
+    num_nodes: int | None = None,
+    msg_dim: int | None = None,
+) -> None:
+    """Raise a clear error unless ``src, dst, t`` are 1-D integer tensors of one length (``[B]``, node ids
+    in ``[0, num_nodes)``) and ``msg`` (if given) is a finite float ``[B, msg_dim]`` tensor with
+    ``|msg| <= MAX_FEATURE``. ``dst=None`` checks a query batch ``(src, t)``."""
+    named = [("src", src), ("t", t)] + ([("dst", dst)] if dst is not None else [])
+    for name, x in named:
+        if not isinstance(x, Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+        if x.is_meta:
+            raise ValueError(f"{name} must hold data, got a meta tensor")
+        if x.dtype == torch.bool or x.is_floating_point() or x.is_complex():
+            raise TypeError(f"{name} must be an integer tensor, got {x.dtype}")
+        if x.dim() != 1:
+            raise ValueError(f"{name} must be 1-D [B], got shape {tuple(x.shape)}")
+    if len({tuple(x.shape) for _, x in named}) > 1:
+        raise ValueError(
+            "src, dst, t must have one length, got " + ", ".join(f"{n} {tuple(x.shape)}" for n, x in named)
+        )
+    if num_nodes is not None:
+        for name, x in named:
+            if name != "t" and x.numel() and (int(x.min()) < 0 or int(x.max()) >= num_nodes):
+                raise ValueError(
+                    f"{name} node ids must lie in [0, num_nodes={num_nodes}), got {int(x.min())}..{int(x.max())}"
+                )
+    if msg is None:
+        return
+    if not isinstance(msg, Tensor) or msg.is_meta or not msg.is_floating_point():
+        raise TypeError(
+            f"msg must be a floating-point tensor holding data, got {getattr(msg, 'dtype', type(msg))}"
+        )
+    width = msg_dim if msg_dim is not None else (msg.size(-1) if msg.dim() == 2 else -1)
+    if msg.dim() != 2 or msg.size(1) != width or msg.size(0) != src.numel():
+        raise ValueError(f"msg must be [B={src.numel()}, {width}], got {tuple(msg.shape)}")
+    if not torch.isfinite(msg).all() or (msg.numel() and float(msg.abs().max()) > MAX_FEATURE):
+        raise ValueError(f"msg must be finite with |msg| <= {MAX_FEATURE:g} (float32 logits overflow beyond)")
+
+
 def make_stream(
     src: Tensor, dst: Tensor, t: Tensor, msg: Tensor | None = None, num_nodes: int | None = None
 ) -> TemporalData:

@@ -51,7 +51,7 @@ from torch_geometric.data import TemporalData
 from torch_geometric.nn import DenseGINConv
 
 from neurips26.common.checks import check_choice, check_float, check_int
-from neurips26.common.temporal import check_timestamps, time_encoding
+from neurips26.common.temporal import check_event_batch, check_timestamps, time_encoding
 
 __all__ = [
     "CausalHistory",
@@ -466,10 +466,10 @@ class S3Former(nn.Module):
         self.event_msg = torch.zeros(1, self.edge_feat_dim)  # row 0: padding (event id -1)
 
     def observe(self, src: Tensor, dst: Tensor, t: Tensor, msg: Tensor) -> None:
+        """Append events ``(src, dst, t, msg)`` (``[B]``, ``[B]``, ``[B]``, ``[B, edge_feat_dim]``) to the state."""
         if not hasattr(self, "event_msg"):
             self.reset_state()
-        if msg.dim() != 2 or msg.size(1) != self.edge_feat_dim:
-            raise ValueError(f"msg must be [B, {self.edge_feat_dim}], got {tuple(msg.shape)}")
+        check_event_batch(src, dst, t, msg, num_nodes=self.num_nodes, msg_dim=self.edge_feat_dim)
         self.history.insert(src, dst, t)
         self.stats.update(src, dst, t)
         self.event_msg = torch.cat([self.event_msg, msg.detach().float()])
@@ -537,12 +537,7 @@ class S3Former(nn.Module):
         """Logits ``[B]`` for candidates ``(src, dst, t)`` from state observed before the call."""
         if not hasattr(self, "event_msg"):
             self.reset_state()
-        if not (src.shape == dst.shape == t.shape) or src.dim() != 1:
-            raise ValueError(
-                f"src, dst, t must be 1-D of one length, got {src.shape}, {dst.shape}, {t.shape}"
-            )
-        if src.numel() and max(int(src.max()), int(dst.max())) >= self.num_nodes:
-            raise ValueError(f"node id >= num_nodes={self.num_nodes}")
+        check_event_batch(src, dst, t, num_nodes=self.num_nodes)
         if t.numel() and int(t.min()) < self.history.last_time:
             raise ValueError(
                 f"query time {int(t.min())} precedes observed events (last {self.history.last_time}): not causal"

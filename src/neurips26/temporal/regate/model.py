@@ -13,7 +13,7 @@ import torch
 from torch import Tensor, nn
 
 from neurips26.common.checks import check_float, check_int
-from neurips26.common.temporal import check_timestamps, time_encoding
+from neurips26.common.temporal import check_event_batch, check_timestamps, time_encoding
 from neurips26.temporal.regate.tokens import POLICY_TYPES, Document, TokenBatch, TokenStore
 
 
@@ -110,6 +110,7 @@ class GraphMixerLite(nn.Module):
         self.last_time = -1
 
     def observe(self, src: Tensor, dst: Tensor, t: Tensor, msg: Tensor) -> None:
+        check_event_batch(src, dst, t, msg, num_nodes=self.num_nodes, msg_dim=self.msg_dim)
         t = check_timestamps(t)
         if t.numel() and int(t[0]) < self.last_time:
             raise ValueError(f"t must not decrease across observe calls: {int(t[0])} after {self.last_time}")
@@ -125,6 +126,7 @@ class GraphMixerLite(nn.Module):
             self.last_time = int(t[-1])
 
     def embed(self, nodes: Tensor, t: Tensor) -> Tensor:
+        check_event_batch(nodes, None, t, num_nodes=self.num_nodes)
         idx = nodes.numpy()
         k = self.k
         valid = torch.from_numpy(np.arange(k)[None, :] >= (k - np.minimum(self.count[idx], k))[:, None])
@@ -175,6 +177,7 @@ class REGATE(nn.Module):
             self.backbone.detach()
 
     def forward(self, src: Tensor, t: Tensor, store: TokenStore | None = None) -> Tensor:
+        check_event_batch(src, None, t, num_nodes=getattr(self.backbone, "num_nodes", None))
         h = self.backbone.embed(src, t)
         if self.gate is not None:
             if store is None:

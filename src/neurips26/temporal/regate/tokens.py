@@ -43,6 +43,32 @@ class PolicyToken:
     evidence: tuple[int, int]
     extractor: str
 
+    def __post_init__(self) -> None:
+        for name in ("entity_ids", "group_ids"):
+            ids = getattr(self, name)
+            if not isinstance(ids, tuple) or not all(
+                isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids
+            ):
+                raise TypeError(f"{name} must be a tuple of non-negative ints, got {ids!r}")
+        if not isinstance(self.policy_type, str) or not self.policy_type:
+            raise TypeError(f"policy_type must be a non-empty str, got {self.policy_type!r}")
+        if self.direction not in (-1, 0, 1) or isinstance(self.direction, bool):
+            raise ValueError(f"direction must be -1, 0 or 1, got {self.direction!r}")
+        for name in ("publish_time", "effective_time"):
+            if not math.isfinite(check_float(name, getattr(self, name))):
+                raise ValueError(f"{name} must be finite, got {getattr(self, name)}")
+        check_float("confidence", self.confidence, 0.0, 1.0)
+        ev = self.evidence
+        if not (
+            isinstance(ev, tuple)
+            and len(ev) == 2
+            and all(isinstance(i, int) for i in ev)
+            and 0 <= ev[0] <= ev[1]
+        ):
+            raise ValueError(
+                f"evidence must be a character span (start, end) with 0 <= start <= end, got {ev!r}"
+            )
+
 
 @dataclass
 class Document:
