@@ -82,3 +82,27 @@ def test_torch_threads_scopes_and_restores():
     with pytest.raises(ValueError, match="threads"):
         with torch_threads(0):
             pass
+
+
+def test_check_tensor_names_the_argument_for_each_defect():
+    import pytest
+    import torch
+
+    from neurips26.common.checks import check_tensor
+
+    x = torch.ones(2, 3)
+    assert check_tensor("x", x) is x
+    with pytest.raises(TypeError, match="x must be a torch.Tensor, got list"):
+        check_tensor("x", [1.0])
+    with pytest.raises(ValueError, match="x is a meta tensor"):
+        check_tensor("x", torch.ones(2, device="meta"))
+    with pytest.raises(TypeError, match="x must be a floating-point tensor, got torch.int64"):
+        check_tensor("x", torch.ones(2, dtype=torch.long))
+    assert check_tensor("x", torch.ones(2, dtype=torch.long), floating=False).dtype == torch.long
+    with pytest.raises(ValueError, match="x contains NaN or inf"):
+        check_tensor("x", torch.tensor([1.0, float("inf")]))
+    assert check_tensor("x", torch.tensor([float("nan")]), finite=False).isnan().all()
+    layer = torch.nn.Linear(3, 3).double()
+    with pytest.raises(TypeError, match="x is torch.float32 on cpu but the connector's parameters are torch.float64"):
+        check_tensor("x", x, like=layer, like_name="connector")
+    assert check_tensor("x", x.double(), like=layer) is not None

@@ -96,3 +96,25 @@ def check_finite(name: str, tensor: Any) -> Any:
     if not torch.isfinite(tensor).all():
         raise ValueError(f"{name} contains NaN or inf")
     return tensor
+
+
+def check_tensor(
+    name: str, x: Any, *, floating: bool = True, finite: bool = True, like: Any = None, like_name: str = "module"
+) -> Any:
+    """Return ``x`` if it is a tensor holding data (not meta), floating point (``floating``), finite
+    (``finite``) and, when ``like`` (an ``nn.Module`` or a tensor) is given, in ``like``'s parameter dtype
+    and device; raise ``TypeError``/``ValueError`` naming ``name`` otherwise."""
+    import torch
+
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.is_meta:
+        raise ValueError(f"{name} is a meta tensor (no data); pass a materialised tensor")
+    if floating and not x.is_floating_point():
+        raise TypeError(f"{name} must be a floating-point tensor, got {x.dtype}")
+    ref = next(like.parameters(), None) if isinstance(like, torch.nn.Module) else like
+    if ref is not None and (x.dtype != ref.dtype or x.device != ref.device):
+        raise TypeError(f"{name} is {x.dtype} on {x.device} but the {like_name}'s parameters are {ref.dtype} on {ref.device}")
+    if finite and not bool(torch.isfinite(x).all()):
+        raise ValueError(f"{name} contains NaN or inf")
+    return x

@@ -47,7 +47,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from neurips26.common.checks import check_float, check_int
+from neurips26.common.checks import check_float, check_int, check_tensor
 
 __all__ = [
     "AsyncSimulator",
@@ -361,24 +361,6 @@ class SyncFedAvg(FedBuff):
         super().__init__(buffer_size=num_clients, server_lr=server_lr, staleness_exp=0.0)
 
 
-def _check_input(name: str, x: Any, module: nn.Module | None = None) -> Tensor:
-    """A finite floating-point tensor with data, in ``module``'s parameter dtype/device; raise naming ``name``."""
-    if not isinstance(x, Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if x.is_meta:
-        raise ValueError(f"{name} is a meta tensor (no data); pass a materialised tensor")
-    if not x.is_floating_point():
-        raise TypeError(f"{name} must be a floating-point tensor, got {x.dtype}")
-    param = next(module.parameters(), None) if module is not None else None
-    if param is not None and (x.dtype != param.dtype or x.device != param.device):
-        raise TypeError(
-            f"{name} is {x.dtype} on {x.device} but the module's parameters are {param.dtype} on {param.device}"
-        )
-    if not bool(torch.isfinite(x).all()):
-        raise ValueError(f"{name} contains NaN or inf")
-    return x
-
-
 class ConditionalGenerator(nn.Module):
     """Conditional generator ``G_phi(z, y)`` of pseudo-samples in ``[0, 1]``.
 
@@ -434,7 +416,7 @@ class ConditionalGenerator(nn.Module):
             )  # fmt: skip
 
     def forward(self, z: Tensor, y: Tensor) -> Tensor:
-        _check_input("z", z, self)
+        check_tensor("z", z, like=self)
         if z.ndim != 2 or z.shape[0] == 0 or z.shape[1] != self.z_dim:
             raise ValueError(f"z must have shape (B >= 1, {self.z_dim}), got {tuple(z.shape)}")
         if not isinstance(y, Tensor) or y.is_meta or y.device != z.device:

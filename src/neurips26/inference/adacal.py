@@ -91,7 +91,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from neurips26.common.checks import check_choice, check_float, check_int
+from neurips26.common.checks import check_choice, check_float, check_int, check_tensor
 
 __all__ = [
     "AUGMENT_MODES",
@@ -269,21 +269,9 @@ def task(name: str | None = None, *, input_ids: Any = None) -> Iterator[None]:
 # --------------------------------------------------------------------------------------------
 # helpers
 # --------------------------------------------------------------------------------------------
-def _check_real(name: str, x: Any) -> None:
-    """A finite floating-point tensor with data (not meta); raise naming ``name`` otherwise."""
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if x.is_meta:
-        raise ValueError(f"{name} is a meta tensor (no data); pass a materialised tensor")
-    if not x.is_floating_point():
-        raise TypeError(f"{name} must be a floating-point tensor, got {x.dtype}")
-    if not bool(torch.isfinite(x).all()):
-        raise ValueError(f"{name} contains NaN or inf")
-
-
 def _check_qk(q: torch.Tensor, k: torch.Tensor) -> tuple[int, int, int, int]:
-    _check_real("q", q)
-    _check_real("k", k)
+    check_tensor("q", q)
+    check_tensor("k", k)
     if q.dtype != k.dtype or q.device != k.device:
         raise ValueError(
             f"q and k must share dtype and device, got {q.dtype}/{q.device} and {k.dtype}/{k.device}"
@@ -795,7 +783,7 @@ def sparse_prefill_attention(
     """
     b, h, n, d = _check_qk(q, k)
     check_int("block_size", block_size, low=1)
-    _check_real("v", v)
+    check_tensor("v", v)
     if v.dim() != 4 or v.shape[:3] != k.shape[:3]:
         raise ValueError(
             f"v must have shape [b, h_kv, n, d_v] matching k {tuple(k.shape)}, got {tuple(v.shape)}"

@@ -68,7 +68,7 @@ from transformers.cache_utils import BaseQuantizedLayer
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-from neurips26.common.checks import check_choice, check_float, check_int
+from neurips26.common.checks import check_choice, check_float, check_int, check_tensor
 from neurips26.inference.quant import (
     FULL_PRECISION_BITS,
     KIVICache,
@@ -245,18 +245,6 @@ def _check_fp16_range(key_states: torch.Tensor, value_states: torch.Tensor) -> N
             raise ValueError(f"{name} exceeds the {_META} range of ADKV's stored state (|x| > {limit:g})")
 
 
-def _check_real_stream(name: str, x: Any) -> None:
-    """A finite floating-point tensor with data (not meta); raise naming ``name`` otherwise."""
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if x.is_meta:
-        raise ValueError(f"{name} is a meta tensor (no data); pass a materialised tensor")
-    if not x.is_floating_point():
-        raise TypeError(f"{name} must be a floating-point tensor, got {x.dtype}")
-    if not bool(torch.isfinite(x).all()):
-        raise ValueError(f"{name} contains NaN or inf")
-
-
 class ADKVQuantizer:
     """Per-channel adaptive delta quantiser of a stream ``x: Tensor[..., T, D]``.
 
@@ -305,7 +293,7 @@ class ADKVQuantizer:
     # -- state --------------------------------------------------------------------------------
     def init_state(self, x_prefix: torch.Tensor) -> ADKVState:
         """Initial state from the first tokens ``x_prefix: Tensor[..., T0, D]`` (fp16 z_1 and a_1)."""
-        _check_real_stream("x_prefix", x_prefix)
+        check_tensor("x_prefix", x_prefix)
         if x_prefix.dim() < 2 or x_prefix.shape[-1] != self.num_channels or x_prefix.shape[-2] < 1:
             raise ValueError(
                 f"x_prefix must be [..., T0 >= 1, {self.num_channels}], got {tuple(x_prefix.shape)}"
@@ -551,7 +539,7 @@ class ADKVQuantizer:
     def _check_stream(self, x: torch.Tensor, state: ADKVState | None) -> None:
         if state is None:
             raise RuntimeError("an initial ADKVState is required (use init_state)")
-        _check_real_stream("x", x)
+        check_tensor("x", x)
         if x.dim() < 2 or x.shape[-1] != self.num_channels:
             raise ValueError(f"x must be [..., T, {self.num_channels}], got {tuple(x.shape)}")
 

@@ -32,12 +32,11 @@ Any layout ``(B, *)`` as long as every block maps a tensor to the same shape.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from neurips26.common.checks import check_choice, check_float, check_int
+from neurips26.common.checks import check_choice, check_float, check_int, check_tensor
 
 __all__ = [
     "ANCReConnector",
@@ -46,24 +45,6 @@ __all__ = [
     "parameter_overhead",
     "uniform_dense_connector",
 ]
-
-
-def _check_input(name: str, x: Any, module: nn.Module | None = None) -> Tensor:
-    """A finite floating-point tensor with data, in ``module``'s parameter dtype/device; raise naming ``name``."""
-    if not isinstance(x, Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if x.is_meta:
-        raise ValueError(f"{name} is a meta tensor (no data); pass a materialised tensor")
-    if not x.is_floating_point():
-        raise TypeError(f"{name} must be a floating-point tensor, got {x.dtype}")
-    param = next(module.parameters(), None) if module is not None else None
-    if param is not None and (x.dtype != param.dtype or x.device != param.device):
-        raise TypeError(
-            f"{name} is {x.dtype} on {x.device} but the connector's parameters are {param.dtype} on {param.device}"
-        )
-    if not bool(torch.isfinite(x).all()):
-        raise ValueError(f"{name} contains NaN or inf")
-    return x
 
 
 class ANCReConnector(nn.Module):
@@ -197,7 +178,7 @@ class ANCReConnector(nn.Module):
         blocks = self.blocks if blocks is None else blocks
         if blocks is None:
             raise ValueError("no blocks: build the connector from blocks or pass blocks=...")
-        _check_input("h0", h0, self)
+        check_tensor("h0", h0, like=self, like_name="connector")
         if len(blocks) != self.num_blocks:
             raise ValueError(
                 f"connector has num_blocks={self.num_blocks} but {len(blocks)} blocks were given"

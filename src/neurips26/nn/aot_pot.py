@@ -39,12 +39,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from neurips26.common.checks import check_choice, check_float, check_int
+from neurips26.common.checks import check_choice, check_float, check_int, check_tensor
 from neurips26.common.pde import relative_l2
 
 __all__ = [
@@ -63,24 +62,6 @@ __all__ = [
 
 CONSTRAINTS = ("sinkhorn", "none", "identity")
 RESIDUALS = ("standard", "aot", "hc", "static")
-
-
-def _check_input(name: str, x: Any, module: nn.Module | None = None) -> Tensor:
-    """A finite floating-point tensor with data, in ``module``'s parameter dtype/device; raise naming ``name``."""
-    if not isinstance(x, Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if x.is_meta:
-        raise ValueError(f"{name} is a meta tensor (no data); pass a materialised tensor")
-    if not x.is_floating_point():
-        raise TypeError(f"{name} must be a floating-point tensor, got {x.dtype}")
-    param = next(module.parameters(), None) if module is not None else None
-    if param is not None and (x.dtype != param.dtype or x.device != param.device):
-        raise TypeError(
-            f"{name} is {x.dtype} on {x.device} but the module's parameters are {param.dtype} on {param.device}"
-        )
-    if not bool(torch.isfinite(x).all()):
-        raise ValueError(f"{name} contains NaN or inf")
-    return x
 
 
 def sinkhorn_knopp(logits: Tensor, n_iters: int = 20, log_space: bool = True) -> Tensor:
@@ -102,7 +83,7 @@ def sinkhorn_knopp(logits: Tensor, n_iters: int = 20, log_space: bool = True) ->
         Shape ``(..., n, n)``, non-negative, rows summing to 1 exactly, columns approximately.
     """
     check_int("n_iters", n_iters, low=1)
-    _check_input("logits", logits)
+    check_tensor("logits", logits)
     if logits.ndim < 2 or logits.shape[-1] != logits.shape[-2]:
         raise ValueError(f"logits must have shape (..., n, n), got {tuple(logits.shape)}")
     if log_space:
@@ -278,7 +259,7 @@ class MultiStreamResidual(nn.Module):
         return h_pre, h_post, h_res
 
     def forward(self, x: Tensor, return_maps: bool = False):
-        _check_input("x", x, self)
+        check_tensor("x", x, like=self)
         if x.ndim != 4 or x.shape[2] != self.n or x.shape[3] != self.dim:
             raise ValueError(
                 f"x must have shape (B, N, {self.n}, {self.dim}) = (batch, tokens, n_streams, dim), "
@@ -473,7 +454,7 @@ class OperatorTransformer(nn.Module):
                             torch.tensor(i % self.n_streams), self.n_streams).float() - 1.0))
 
     def _check(self, u_past: Tensor) -> None:
-        _check_input("u_past", u_past, self)
+        check_tensor("u_past", u_past, like=self)
         if u_past.ndim != 4 or u_past.shape[0] == 0 or u_past.shape[1] != self.t_in or u_past.shape[2] != self.in_channels:
             raise ValueError(
                 f"u_past must have shape (B, {self.t_in}, {self.in_channels}, X) = (batch, t_in, channels, space), "
