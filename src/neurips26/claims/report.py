@@ -458,7 +458,7 @@ def ruler_heatmap(data: dict[str, Any], folder: Path) -> Path:
     """Accuracy heatmap (task x context length) of one RULER table, as kvpress shows its leaderboard."""
     tasks, lengths, grid = ruler_grid(data)
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(1.6 + 1.1 * len(lengths), 0.9 + 0.38 * len(tasks)))
+    fig, ax = plt.subplots(figsize=(max(4.2, 1.6 + 1.1 * len(lengths)), 1.2 + 0.38 * len(tasks)))
     values = [[math.nan if v is None else v for v in row] for row in grid]
     im = ax.imshow(values, vmin=0.0, vmax=1.0, cmap="viridis", aspect="auto")
     for i, row in enumerate(values):
@@ -476,7 +476,7 @@ def ruler_heatmap(data: dict[str, Any], folder: Path) -> Path:
     ax.set_xticks(range(len(lengths)), [str(n) for n in lengths])
     ax.set_yticks(range(len(tasks)), tasks)
     ax.set_xlabel("context length (tokens)")
-    ax.set_title(f"RULER accuracy: {data.get('model')} ({data.get('cache')}, n={data.get('n')})", fontsize=9)
+    ax.set_title(f"RULER accuracy: {data.get('model')}\n{data.get('cache')} cache, n={data.get('n')} per cell", fontsize=9)
     fig.colorbar(im, ax=ax, fraction=0.04)
     return save_figure(fig, folder, f"ruler_{data['name']}", dpi=110)
 
