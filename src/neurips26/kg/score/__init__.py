@@ -1,0 +1,70 @@
+"""SCORE: log-odds score reweighting that adds soft similarity constraints to any variable of a complex KG query.
+
+Paper: "SCORE" (OpenReview KMzaR3M8SY; registry seed ``000_f8b4140a0e3b5d84.txt``, paragraph beginning
+"Machine learning models for answering logical"); public code: the ``score`` branch of
+https://github.com/dfdazac/nqr. Spec: ``../shared/specs/score.md``.
+
+A tree-shaped query in BetaE form is executed QTO-style over fuzzy sets :math:`v \\in [0, 1]^N`:
+anchors are one-hot, a projection by ``r`` is max-product with a fuzzy adjacency :math:`M_r`,
+:math:`v'[t] = \\max_h v[h] M_r[h, t]`, an intersection is the elementwise product. Every projection or
+intersection that creates a logical variable is indexed ``j = 0..V-1`` in creation order (target
+``V - 1``; :func:`query_variables`). SCORE adjusts variable ``j`` with positive examples ``P`` and
+negative examples ``Q`` in log-odds space,
+
+.. math::
+    v'_j[e] = \\sigma\\Big(\\mathrm{logit}(v_j[e])
+      + w_p \\tfrac{1}{|P|}\\textstyle\\sum_{p \\in P} \\mathrm{logit}\\,\\varsigma(p, e)
+      + w_n \\tfrac{1}{|Q|}\\textstyle\\sum_{n \\in Q} \\mathrm{logit}\\,(1 - \\varsigma(n, e))\\Big),
+    \\qquad \\varsigma(p, e) = \\tfrac{1 + \\mathrm{sim}(p, e)}{2},
+
+with :math:`\\mathrm{sim}` the (complex) cosine of entity embeddings. At an intermediate variable the
+adjusted set is propagated through the rest of the query by the same executor.
+
+Also here: the base link predictor (:func:`train_complex`, ComplEx with reciprocal relations, N3 and
+1-vs-all cross entropy; its scores equal PyKEEN's ``ComplExInteraction``), BetaE query sampling
+(:class:`QuerySampler`), exact per-value bindings of a variable (:func:`variable_bindings`), preference
+sessions and their metrics (:class:`Session`, :func:`session_metrics`) and the baselines: the
+unconstrained QTO ranking (the executor itself), :class:`CosineReranker` and :class:`NQRLite`. The
+claim check is ``neurips26.claims.score``.
+
+Shapes
+------
+- fuzzy sets and scores: ``[N]`` (the executor broadcasts over leading dimensions, ``[B, N]``)
+- preference similarities: ``[P, N]``; labels ``[P]``
+- ComplEx embeddings: entities ``[N, k]`` complex, relations ``[2R, k]`` complex
+"""
+
+from __future__ import annotations
+
+from neurips26.kg.score.adjust import SCORE, complex_cosine, score_adjust
+from neurips26.kg.score.baselines import CosineReranker, NQRLite, train_nqr
+from neurips26.kg.score.executor import FuzzyAdjacency, QTOExecutor
+from neurips26.kg.score.linkpred import ComplExEmbeddings, complex_tail_scores, train_complex
+from neurips26.kg.score.metrics import Session, answer_mrr, graded_ndcg, pairwise_accuracy, session_metrics
+from neurips26.kg.score.queries import STRUCTURES, VariableInfo, query_variables
+from neurips26.kg.score.sampling import QuerySampler, sample_query, variable_bindings
+
+__all__ = [
+    "STRUCTURES",
+    "VariableInfo",
+    "query_variables",
+    "FuzzyAdjacency",
+    "QTOExecutor",
+    "score_adjust",
+    "complex_cosine",
+    "SCORE",
+    "CosineReranker",
+    "graded_ndcg",
+    "pairwise_accuracy",
+    "complex_tail_scores",
+    "ComplExEmbeddings",
+    "train_complex",
+    "QuerySampler",
+    "sample_query",
+    "variable_bindings",
+    "Session",
+    "answer_mrr",
+    "session_metrics",
+    "NQRLite",
+    "train_nqr",
+]

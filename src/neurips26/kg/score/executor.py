@@ -1,0 +1,161 @@
+"""QTO-style fuzzy-set execution of a query over fuzzy adjacencies. Part of :mod:`neurips26.kg.score` (see its docstring for the paper and the math)."""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from neurips26.common.checks import check_float, check_int
+from neurips26.kg.score.queries import _num_slots, _num_variables, _walk
+
+
+class FuzzyAdjacency:
+    """Per-relation sparse fuzzy adjacency :math:`M_r \\in [0, 1]^{N \\times N}` (QTO-style).
+
+    Attributes
+    ----------
+    num_entities : int
+    rows, cols, values : list of Tensor
+        Per relation: ``[nnz]`` heads, tails and truth values.
+    """
+
+    def __init__(self, num_entities: int, rows: list[Tensor], cols: list[Tensor], values: list[Tensor]):
+        self.num_entities = check_int("num_entities", num_entities, low=1)
+        if not (len(rows) == len(cols) == len(values)):
+            raise ValueError("rows, cols and values must list the same number of relations")
+        self.rows, self.cols, self.values = rows, cols, values
+
+    @property
+    def num_relations(self) -> int:
+        return len(self.rows)
+
+    @classmethod
+    def from_edges(cls, edges: dict[int, Tensor], num_entities: int, num_relations: int) -> FuzzyAdjacency:
+        """Observed edges only, each with truth 1 (symbolic execution). ``edges[r]`` is ``[2, E_r]``."""
+        rows, cols, vals = [], [], []
+        for r in range(num_relations):
+            e = edges.get(r, torch.zeros(2, 0, dtype=torch.long))
+            rows.append(e[0])
+            cols.append(e[1])
+            vals.append(torch.ones(e.shape[1]))
+        return cls(num_entities, rows, cols, vals)
+
+    @classmethod
+    def from_link_predictor(
+        cls,
+        scorer: Callable[[Tensor, int], Tensor],
+        train_edges: dict[int, Tensor],
+        num_entities: int,
+        num_relations: int,
+        threshold: float = 1e-3,
+        fraction: int = 1,
+    ) -> FuzzyAdjacency:
+        """Build :math:`M_r` from a link predictor ``scorer(heads [B], r) -> [B, N]`` (spec step 2).
+
+        Row ``h``: softmax over tails times ``max(1, out-degree of h under r)``, clipped to 0.9999,
+        entries below ``threshold`` dropped, observed training edges set to exactly 1. ``fraction``
+        splits the heads into blocks to bound memory (the result does not depend on it).
+        """
+        check_float("threshold", threshold, 0.0, 1.0)
+        check_int("fraction", fraction, low=1)
+        n = num_entities
+        rows, cols, vals = [], [], []
+        block = math.ceil(n / fraction)
+        for r in range(num_relations):
+            e = train_edges.get(r, torch.zeros(2, 0, dtype=torch.long))
+            deg = torch.bincount(e[0], minlength=n).clamp(min=1).to(torch.float32)
+            rr, cc, vv = [], [], []
+            for s in range(0, n, block):
+                heads = torch.arange(s, min(s + block, n))
+                with torch.no_grad():
+                    p = torch.softmax(scorer(heads, r).float(), dim=-1) * deg[heads].unsqueeze(1)
+                p = p.clamp(max=0.9999)
+                obs = e[:, (e[0] >= s) & (e[0] < s + block)]
+                p[obs[0] - s, obs[1]] = 1.0
+                keep = (p >= threshold).nonzero()
+                rr.append(heads[keep[:, 0]])
+                cc.append(keep[:, 1])
+                vv.append(p[keep[:, 0], keep[:, 1]])
+            rows.append(torch.cat(rr))
+            cols.append(torch.cat(cc))
+            vals.append(torch.cat(vv))
+        return cls(n, rows, cols, vals)
+
+    def project(self, v: Tensor, relation: int) -> Tensor:
+        """Max-product projection :math:`v'[t] = \\max_h v[h] M_r[h, t]` of ``v`` ``[..., N]`` (leading dims broadcast)."""
+        if not 0 <= relation < self.num_relations:
+            raise ValueError(f"relation id {relation} outside [0, {self.num_relations})")
+        cand = v[..., self.rows[relation]] * self.values[relation]
+        out = torch.zeros(*v.shape[:-1], self.num_entities, dtype=v.dtype)
+        index = self.cols[relation].expand(*v.shape[:-1], -1)
+        return out.scatter_reduce(-1, index, cand, reduce="amax", include_self=True)
+
+
+class QTOExecutor(torch.nn.Module):
+    """Fuzzy QTO-style execution of BetaE queries over a :class:`FuzzyAdjacency`.
+
+    Args:
+        adjacency (FuzzyAdjacency): per-relation fuzzy adjacency.
+
+    Shapes:
+        - **input:** anchors ``[A]`` long, relations ``[P]`` long (DFS order of the structure)
+        - **output:** fuzzy target scores ``[N]``
+    """
+
+    def __init__(self, adjacency: FuzzyAdjacency):
+        super().__init__()
+        if not isinstance(adjacency, FuzzyAdjacency):
+            raise TypeError(f"adjacency must be a FuzzyAdjacency, got {type(adjacency).__name__}")
+        self.adjacency = adjacency
+
+    def forward(
+        self,
+        structure,
+        anchors: Tensor,
+        relations: Tensor,
+        adjust: dict[int, Callable[[Tensor], Tensor]] | None = None,
+    ) -> Tensor:
+        """Fuzzy scores ``[N]`` of the target; ``adjust[j]`` is applied to variable ``j`` when it is created."""
+        n_anchor, n_proj = _num_slots(structure)
+        anchors, relations = torch.as_tensor(anchors).flatten(), torch.as_tensor(relations).flatten()
+        if anchors.numel() != n_anchor or relations.numel() != n_proj:
+            raise ValueError(
+                f"structure needs {n_anchor} anchors and {n_proj} relations, got {anchors.numel()} and {relations.numel()}"
+            )
+        n = self.adjacency.num_entities
+        if ((anchors < 0) | (anchors >= n)).any():
+            raise ValueError(f"anchor ids must lie in [0, {n})")
+        nr = self.adjacency.num_relations
+        bad_r = (relations < 0) | (relations >= nr)
+        if bad_r.any():
+            raise ValueError(
+                f"relations: unknown relation id {int(relations[bad_r][0])}; ids must lie in [0, {nr}) "
+                f"(inverse relations included)"
+            )
+        adjust = adjust or {}
+        v_count = _num_variables(structure)
+        bad = [j for j in adjust if not 0 <= j < v_count]
+        if bad:
+            raise ValueError(f"variable index {bad[0]} invalid; valid positions are 0..{v_count - 1}")
+        a_it, r_it = iter(anchors.tolist()), iter(relations.tolist())
+
+        def anchor():
+            v = torch.zeros(n)
+            v[next(a_it)] = 1.0
+            return v
+
+        def on_var(j, kind, v):
+            return adjust[j](v) if j in adjust else v
+
+        out, _ = _walk(
+            structure,
+            anchor,
+            lambda v: self.adjacency.project(v, next(r_it)),
+            lambda vs: functools.reduce(torch.mul, vs),
+            on_var,
+        )
+        return out
