@@ -24,3 +24,9 @@ def test_render_requires_markers():
     with pytest.raises(ValueError, match="markers"):
         render("no table here")
     assert render(f"a\n{START}\nold\n{END}\nb").startswith("a\n")
+
+
+def test_readme_usage_avoids_deprecated_generate_argument():
+    # transformers 5.24 deprecates generate(past_key_values=...) in favour of cache= (issue 23)
+    text = (ROOT / "README.md").read_text()
+    assert "past_key_values=" not in text and "generate(..., cache=" in text
