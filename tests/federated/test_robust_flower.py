@@ -123,6 +123,32 @@ def test_plain_flower_classes_agree_with_the_wrapped_ones():
             np.testing.assert_array_equal(_flat(a), _flat(b))
 
 
+def test_bulyan_aggregation_limits_flowers_forced_gc_to_the_young_generation(monkeypatch):
+    """Flower's Bulyan forces a full ``gc.collect()`` per reply; within the wrapper it is generation 0 only,
+    and Flower's module gets its ``gc`` back afterwards, also when aggregation raises."""
+    import gc
+
+    from flwr.app.message import arrayrecord
+
+    calls = []
+    real = gc.collect
+    monkeypatch.setattr(gc, "collect", lambda *a: calls.append(a) or real(*a))
+    w_t, updates, examples = _case(11, 5, 3)
+    with local_identity():
+        make_defence("bulyan", num_malicious=2).aggregate_train(1, _replies(w_t + updates, examples))
+        assert calls and all(a == (0,) for a in calls)
+        assert arrayrecord.gc is gc
+
+        def boom(self, *a, **k):
+            assert arrayrecord.gc is not gc  # the shim is in place during Flower's aggregation
+            raise RuntimeError("inside Flower")
+
+        monkeypatch.setattr(Bulyan, "aggregate_train", boom)
+        with pytest.raises(RuntimeError, match="inside Flower"):
+            make_defence("bulyan", num_malicious=2).aggregate_train(1, _replies(w_t + updates, examples))
+    assert arrayrecord.gc is gc
+
+
 def _paper_krum_scores(x: np.ndarray, f: int) -> np.ndarray:
     """Blanchard et al. (2017), independently: sum of squared distances to the n - f - 2 nearest others."""
     n = len(x)
