@@ -1,0 +1,101 @@
+"""CoT pathology diagnostics: chain-of-thought as a trajectory over discrete latent states.
+
+Implements the framework of the NeurIPS 2026 paper whose abstract begins "Long chain-of-thought
+(CoT) reasoning in large language models often fails in recurring ways" (seed paragraph 18; the
+paper itself was not found, so every threshold and operator below is the spec's inference):
+
+* :mod:`.trajectory` -- steps (:class:`StepSegmenter`), step embeddings from hidden states,
+  k-means latent states and the smoothed reference transition model (:class:`LatentStateModel`),
+  positional phases.
+* :mod:`.detectors` -- the six transition-grounded detection predicates (:data:`DETECTORS`,
+  :func:`detect`, :func:`detect_all`) and the surface n-gram baseline.
+* :mod:`.controllers` -- matched inference-time controllers as a ``transformers``
+  ``LogitsProcessor`` (:class:`PathologyController`), the generic controls and the answer-regex
+  ``StoppingCriteria`` baseline.
+* :mod:`.surgery` -- controlled surgery (:func:`inject`), AUROC/onset evaluation and the
+  counterfactual transition-vs-emission flip rates.
+* :mod:`.synthetic` -- the generated arithmetic chains of thought used by the claim check.
+
+.. math::
+
+    \\tau = (s_1, \\dots, s_n), \\quad s_i = \\arg\\min_k \\lVert z(\\bar h_i) - c_k \\rVert, \\qquad
+    \\text{detector}_p(\\tau; P, \\theta) \\to (\\text{fired}, \\text{onset}, \\text{score})
+
+Shapes
+------
+Chain-of-thought ids ``(T,)``; step embeddings ``(n, H)``; transition matrix ``(K + 2, K + 2)``;
+controller scores ``(B, V)``.
+"""
+
+from .controllers import (
+    CONTROLLERS,
+    GENERIC_CONTROLS,
+    AnswerRegexStop,
+    HiddenTap,
+    PathologyController,
+    VerifyCue,
+    random_schedule,
+)
+from .detectors import (
+    DETECTORS,
+    DetectorConfig,
+    DetectorResult,
+    detect,
+    detect_all,
+    ngram_repetition,
+    results_table,
+    step_ngram_repetition,
+)
+from .surgery import (
+    SurgeryTemplates,
+    auroc,
+    counterfactual_flip_rate,
+    evaluate_detectors,
+    inject,
+    path_change_rate,
+)
+from .synthetic import ArithmeticProblem, SyntheticArithmetic
+from .trajectory import (
+    ANSWER,
+    LatentStateModel,
+    Pathology,
+    Phase,
+    StepSegmenter,
+    Trajectory,
+    phases,
+    step_features,
+)
+
+__all__ = [
+    "ANSWER",
+    "AnswerRegexStop",
+    "ArithmeticProblem",
+    "CONTROLLERS",
+    "DETECTORS",
+    "DetectorConfig",
+    "DetectorResult",
+    "GENERIC_CONTROLS",
+    "HiddenTap",
+    "LatentStateModel",
+    "Pathology",
+    "PathologyController",
+    "Phase",
+    "StepSegmenter",
+    "SurgeryTemplates",
+    "SyntheticArithmetic",
+    "Trajectory",
+    "VerifyCue",
+    "auroc",
+    "counterfactual_flip_rate",
+    "detect",
+    "detect_all",
+    "evaluate_detectors",
+    "inject",
+    "ngram_repetition",
+    "path_change_rate",
+    "phases",
+    "random_schedule",
+    "results_table",
+    "step_features",
+    "step_ngram_repetition",
+]

@@ -1,0 +1,555 @@
+"""Matched inference-time controllers and generic controls, as ``transformers`` generation hooks.
+
+The controllers are one :class:`transformers.LogitsProcessor` (:class:`PathologyController`) that
+drops into ``model.generate(..., logits_processor=LogitsProcessorList([ctrl]))``. While the model
+decodes, a forward hook on decoder layer ``L`` taps the hidden state of every generated token; when a
+step delimiter arrives the step is closed (embedding = mean hidden state, uncertainty = mean
+next-token entropy of the raw logits, answer from the extractor), quantised into a latent state, and
+the detectors run on the trajectory so far. A firing rule changes the next-token logits:
+
+================  ==========================================================================
+controller        action (logits only: a processor cannot delete tokens already emitted)
+================  ==========================================================================
+C1 premature      while ``m_min - D >= threshold`` and no answer yet, ban the answer marker
+C2 branching      sharpen the next ``cool_steps`` steps: logits / ``temperature_factor``
+C3 looping        ban the first ``loop_ban_ngram`` tokens of the looped steps as a step prefix,
+                  so the looped step cannot be emitted again
+C4 drift          force the re-anchoring cue ``cue_ids`` and sharpen the next ``cool_steps`` steps
+C5 overrun        after a supported answer with ``post_steps >= threshold``: force EOS
+C6 reversal       a new answer step after a supported one is forced to repeat the earliest
+                  supported answer; EOS before any answer is banned (abandonment)
+================  ==========================================================================
+
+Rollbacks of the spec (C1-C3 "roll back and resample") become prevention: the step that would
+repeat or commit early is never emitted. With every threshold at ``inf`` the processor returns the
+scores unchanged, so ``generate`` is token-identical to plain decoding.
+
+Generic controls: a max-token budget (``max_new_tokens``), ``transformers``'
+``NoRepeatNGramLogitsProcessor`` / ``RepetitionPenaltyLogitsProcessor`` (always on), random-time
+interventions (``timing="random"`` with a per-row schedule holding the same number of
+interventions as a detector-timed run), and :class:`VerifyCue` (a cue forced every ``k`` steps).
+Surface baseline: :class:`AnswerRegexStop` (a ``StoppingCriteria`` on the decoded text).
+
+.. math::
+
+    \\tilde z_{t} = z_t / \\tau_{\\text{factor}} \\;(\\text{C2, C4}), \\qquad
+    \\tilde z_{t,v} = -\\infty \\;\\; \\forall v \\in \\text{banned}_t, \\qquad
+    \\tilde z_{t,v} = -\\infty \\;\\; \\forall v \\ne \\text{forced}_t
+
+Shapes
+------
+input_ids : ``(B, T)``; scores : ``(B, V)``; tapped hidden state : ``(B, 1, H)`` per decoding step.
+Padded batches: left padding only (the prompt part is never read).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from transformers import LogitsProcessor, StoppingCriteria
+
+from neurips26.common.checks import check_float, check_int
+
+from .detectors import DetectorConfig, detect
+from .trajectory import ANSWER, LatentStateModel, Pathology, StepSegmenter, Trajectory, as_id_list
+
+#: Default thresholds of the matched controllers (``None``: act when the detector fires).
+CONTROLLERS: dict[Pathology, float | None] = {
+    Pathology.PREMATURE_COMMITMENT: 1.0,
+    Pathology.UNSTABLE_BRANCHING: None,
+    Pathology.LOOPING: None,
+    Pathology.DRIFT: None,
+    Pathology.OVERRUN: 0.0,
+    Pathology.REVERSAL: 1.0,
+}
+
+#: The generic controls compared against detector-timed control (names used in the claim).
+GENERIC_CONTROLS: dict[str, str] = {
+    "g1_budget": "fixed max_new_tokens budget (truncation)",
+    "g2_no_repeat": "transformers NoRepeatNGramLogitsProcessor, always on",
+    "g3_random": "the same controllers at random steps, same number of interventions per problem",
+    "g4_verify_cue": "VerifyCue: a verification cue forced at the start of every k-th step",
+}
+
+
+def _decoder_layers(model) -> Any:
+    for path in ("model.layers", "model.decoder.layers", "transformer.h", "gpt_neox.layers"):
+        obj = model
+        try:
+            for part in path.split("."):
+                obj = getattr(obj, part)
+            return obj
+        except AttributeError:
+            continue
+    raise TypeError(f"cannot find the decoder layers of {type(model).__name__} (expected model.model.layers)")
+
+
+class HiddenTap:
+    """Forward hook that keeps the last output of ``hidden_states[layer]`` (``layer >= 1``)."""
+
+    def __init__(self, model, layer: int):
+        layers = _decoder_layers(model)
+        check_int("layer", layer, low=1, high=len(layers))
+        self.last: torch.Tensor | None = None
+        self._handle = layers[layer - 1].register_forward_hook(self._hook)
+
+    def _hook(self, module, args, output) -> None:
+        self.last = (output[0] if isinstance(output, tuple) else output).detach()
+
+    def remove(self) -> None:
+        self._handle.remove()
+
+
+@dataclass
+class _Row:
+    tokens: list[int] = field(default_factory=list)
+    hidden: list[torch.Tensor] = field(default_factory=list)
+    ent: list[float] = field(default_factory=list)
+    start: int = 0
+    states: list[int] = field(default_factory=list)
+    unc: list[float] = field(default_factory=list)
+    answers: list[str | None] = field(default_factory=list)
+    spans: list[tuple[int, int]] = field(default_factory=list)
+    done: bool = False
+    forced: list[int] = field(default_factory=list)
+    banned_prefixes: list[tuple[int, ...]] = field(default_factory=list)
+    ban_marker_step: bool = False
+    cool_left: int = 0
+    counts: Counter = field(default_factory=Counter)
+    log: list[dict[str, Any]] = field(default_factory=list)
+
+    def trajectory(self) -> Trajectory:
+        return Trajectory(tuple(self.states), tuple(self.unc), tuple(self.answers), tuple(self.spans))
+
+
+class PathologyController(LogitsProcessor):
+    """Detector-timed (or random-timed) matched controllers as one ``LogitsProcessor``.
+
+    Parameters
+    ----------
+    model : transformers.PreTrainedModel
+        The decoder being generated from (a hook taps ``hidden_states[state_model.layer]``).
+    state_model : LatentStateModel
+        Fitted reference (centroids, transitions, thresholds).
+    segmenter : StepSegmenter
+    answer_extractor : callable
+        ``answer_extractor(step_ids: list[int]) -> str | None``.
+    eos_token_id : int
+    thresholds : mapping Pathology -> float or None, optional
+        Controllers to enable and their thresholds (default :data:`CONTROLLERS`); ``inf`` disables.
+    answer_marker_ids : sequence of int
+        Tokens that open an answer (banned by C1; watched by C6).
+    cue_ids : sequence of int
+        Re-anchoring cue forced by C4 (may be empty: then C4 only sharpens).
+    loop_ban_ngram : int
+        Length of the step prefix banned by C3.
+    temperature_factor : float
+        C2/C4 multiply the temperature by this factor (logits divided by it).
+    cool_steps : int
+        Steps that C2/C4 keep the sharper distribution.
+    max_interventions : int
+        Per row and controller.
+    timing : {"detector", "random"}
+        ``"random"``: the generic control g3; actions happen at the steps of ``schedule``.
+    schedule : sequence of mapping, optional
+        For ``timing="random"``: per row, ``{pathology: [step indices]}`` (see :func:`random_schedule`).
+    detector_config, graph_aware, verifier
+        Passed to :func:`~.detectors.detect`.
+    """
+
+    def __init__(
+        self,
+        model,
+        state_model: LatentStateModel,
+        segmenter: StepSegmenter,
+        answer_extractor: Callable[[list[int]], str | None],
+        eos_token_id: int,
+        *,
+        thresholds: Mapping[Any, float | None] | None = None,
+        answer_marker_ids: Sequence[int] = (),
+        cue_ids: Sequence[int] = (),
+        loop_ban_ngram: int = 2,
+        temperature_factor: float = 0.5,
+        cool_steps: int = 3,
+        max_interventions: int = 2,
+        timing: str = "detector",
+        schedule: Sequence[Mapping[Any, Sequence[int]]] | None = None,
+        detector_config: DetectorConfig | None = None,
+        graph_aware: bool = True,
+        verifier: Callable[[str], bool] | None = None,
+    ):
+        if (
+            not isinstance(state_model, LatentStateModel)
+            or not state_model.fitted
+            or state_model.centroids is None
+        ):
+            raise ValueError(
+                "state_model must be a LatentStateModel fitted on embeddings (fit / fit_embeddings)"
+            )
+        if not isinstance(segmenter, StepSegmenter):
+            raise TypeError(f"segmenter must be a StepSegmenter, got {type(segmenter).__name__}")
+        if not callable(answer_extractor):
+            raise TypeError("answer_extractor must be callable: step_ids -> str | None")
+        self.eos = check_int("eos_token_id", eos_token_id, low=0)
+        raw = dict(CONTROLLERS if thresholds is None else thresholds)
+        self.thresholds: dict[Pathology, float | None] = {}
+        for key, value in raw.items():
+            p = Pathology.parse(key)
+            self.thresholds[p] = None if value is None else check_float(f"thresholds[{p.value}]", value)
+        self.marker = as_id_list("answer_marker_ids", answer_marker_ids)
+        self.cue = as_id_list("cue_ids", cue_ids)
+        self.loop_ban_ngram = check_int("loop_ban_ngram", loop_ban_ngram, low=1)
+        self.factor = check_float("temperature_factor", temperature_factor, low=0.0, high=1.0, low_open=True)
+        self.cool_steps = check_int("cool_steps", cool_steps, low=0)
+        self.max_interventions = check_int("max_interventions", max_interventions, low=1)
+        if timing not in ("detector", "random"):
+            raise ValueError(f"timing must be 'detector' or 'random', got {timing!r}")
+        if timing == "random" and schedule is None:
+            raise ValueError("timing='random' needs a schedule (see random_schedule)")
+        self.timing = timing
+        self.schedule = [{Pathology.parse(k): set(v) for k, v in row.items()} for row in (schedule or [])]
+        self.ref, self.segmenter, self.extract = state_model, segmenter, answer_extractor
+        self.config = detector_config or DetectorConfig()
+        self.graph_aware, self.verifier = graph_aware, verifier
+        self.model = model
+        self.tap = HiddenTap(model, state_model.layer)
+        self.rows: list[_Row] = []
+        self._last_len: int | None = None
+        self._last_col: torch.Tensor | None = None
+        self._prev_ent: torch.Tensor | None = None
+
+    # ------------------------------------------------------------------ public helpers
+    @property
+    def active(self) -> bool:
+        """False when every threshold is ``inf`` and timing is by detector (a pure monitor)."""
+        return self.timing == "random" or any(v is None or math.isfinite(v) for v in self.thresholds.values())
+
+    def remove(self) -> None:
+        """Remove the hidden-state hook from the model."""
+        self.tap.remove()
+
+    def __enter__(self) -> PathologyController:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.remove()
+
+    def trajectories(self) -> list[Trajectory]:
+        """The latent trajectory of every row of the last ``generate`` call (closed steps only)."""
+        return [r.trajectory() for r in self.rows]
+
+    def intervention_counts(self) -> list[dict[str, int]]:
+        return [{p.value: int(c) for p, c in r.counts.items()} for r in self.rows]
+
+    def logs(self) -> list[list[dict[str, Any]]]:
+        return [list(r.log) for r in self.rows]
+
+    # ------------------------------------------------------------------ processor
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        b, t = input_ids.shape
+        new = (
+            self._last_len is None
+            or t != self._last_len + 1
+            or len(self.rows) != b
+            or not torch.equal(input_ids[:, -2], self._last_col)
+        )
+        self._last_len, self._last_col = t, input_ids[:, -1].clone()
+        if new:
+            self.rows = [_Row() for _ in range(b)]
+            if self.schedule and len(self.schedule) != b:
+                raise ValueError(f"schedule has {len(self.schedule)} rows but the batch has {b}")
+            for i in range(b):
+                self._on_step_start(i)
+        else:
+            hid = self.tap.last
+            if hid is None or hid.shape[0] != b:
+                raise RuntimeError("the hidden-state hook saw no forward pass of this batch")
+            toks = input_ids[:, -1].tolist()
+            for i, row in enumerate(self.rows):
+                if row.done:
+                    continue
+                tok = toks[i]
+                if tok == self.eos:
+                    row.done = True
+                    self._close_step(i, final=True)
+                    continue
+                row.tokens.append(tok)
+                row.hidden.append(hid[i, -1].float())
+                row.ent.append(float(self._prev_ent[i]))
+                if tok in self.segmenter.delimiter_ids:
+                    self._close_step(i)
+        logp = torch.log_softmax(scores.float(), dim=-1)
+        self._prev_ent = -(logp.exp() * torch.nan_to_num(logp, neginf=0.0)).sum(-1)
+        if not self.active:
+            return scores
+        out = scores.clone()
+        for i, row in enumerate(self.rows):
+            if not row.done:
+                self._apply(i, row, out[i], logp[i])
+        return out
+
+    # ------------------------------------------------------------------ internals
+    def _fires(self, p: Pathology, traj: Trajectory) -> tuple[bool, Any]:
+        thr = self.thresholds.get(p, math.inf)
+        if thr is not None and not math.isfinite(thr) and thr > 0:
+            return False, None
+        res = detect(traj, p, self.ref, self.graph_aware, self.config, self.verifier)
+        return (res.fired if thr is None else res.score >= thr), res
+
+    def _scheduled(self, i: int, p: Pathology, step: int) -> bool:
+        return self.timing == "random" and step in self.schedule[i].get(p, ())
+
+    def _note(self, i: int, p: Pathology, action: str) -> None:
+        row = self.rows[i]
+        row.counts[p] += 1
+        row.log.append({"step": len(row.states), "pathology": p.value, "action": action})
+
+    def _supported_answer(self, row: _Row) -> int | None:
+        traj = row.trajectory()
+        for j, a in enumerate(traj.answers):
+            if a is None:
+                continue
+            if self.verifier is not None:
+                if self.verifier(a):
+                    return j
+            elif (
+                sum(1 for s in traj.states[:j] if s != ANSWER and not self.ref.is_restatement(s))
+                >= self.config.m_min
+            ):
+                return j
+        return None
+
+    def _close_step(self, i: int, final: bool = False) -> None:
+        row = self.rows[i]
+        if row.start >= len(row.tokens):
+            return
+        step = row.tokens[row.start :]
+        emb = torch.stack(row.hidden[row.start :]).mean(0)
+        answer = self.extract(list(step))
+        state = ANSWER if answer is not None else self.ref.assign(emb[None])[0]
+        row.states.append(state)
+        row.unc.append(sum(row.ent[row.start :]) / len(step))
+        row.answers.append(answer)
+        row.spans.append((row.start, len(row.tokens)))
+        row.start = len(row.tokens)
+        if row.cool_left > 0:
+            row.cool_left -= 1
+        if not final:
+            self._on_step_closed(i)
+            self._on_step_start(i)
+
+    def _on_step_start(self, i: int) -> None:
+        row = self.rows[i]
+        row.ban_marker_step = False
+        p = Pathology.PREMATURE_COMMITMENT
+        if p not in self.thresholds or not self.marker:
+            return
+        n_steps = len(row.states)
+        if self.timing == "random":
+            if self._scheduled(i, p, n_steps):
+                row.ban_marker_step = True
+            return
+        thr = self.thresholds[p]
+        thr = 1.0 if thr is None else thr
+        if not math.isfinite(thr) or any(a is not None for a in row.answers):
+            return
+        derivations = sum(1 for s in row.states if s != ANSWER and not self.ref.is_restatement(s))
+        if self.config.m_min - derivations >= thr and row.counts[p] < self.max_interventions * 4:
+            row.ban_marker_step = True
+
+    def _on_step_closed(self, i: int) -> None:
+        row = self.rows[i]
+        traj = row.trajectory()
+        step = len(traj) - 1
+        for p in (Pathology.LOOPING, Pathology.UNSTABLE_BRANCHING, Pathology.DRIFT):
+            if p not in self.thresholds or row.counts[p] >= self.max_interventions:
+                continue
+            if self.timing == "random":
+                fire, res = self._scheduled(i, p, step), None
+            else:
+                fire, res = self._fires(p, traj)
+            if not fire:
+                continue
+            if p == Pathology.LOOPING:
+                first = res.onset if res is not None and res.onset is not None else step
+                for s, e in traj.spans[first:]:
+                    seq = tuple(row.tokens[s:e][: self.loop_ban_ngram])
+                    if seq and seq not in row.banned_prefixes:
+                        row.banned_prefixes.append(seq)
+                self._note(i, p, "ban_step_prefix")
+            elif p == Pathology.UNSTABLE_BRANCHING:
+                row.cool_left = self.cool_steps
+                self._note(i, p, "sharpen")
+            else:
+                row.forced.extend(self.cue)
+                row.cool_left = self.cool_steps
+                self._note(i, p, "cue_and_sharpen")
+        p = Pathology.OVERRUN
+        if p in self.thresholds and row.counts[p] < 1:
+            if self.timing == "random":
+                fire = self._scheduled(i, p, step)
+            else:
+                thr = self.thresholds[p]
+                a = self._supported_answer(row)
+                post = len(traj) - 1 - a if a is not None else -1
+                fire = a is not None and (post >= (self.config.overrun_steps if thr is None else thr))
+            if fire:
+                row.forced = [self.eos]
+                self._note(i, p, "force_eos")
+
+    def _apply(self, i: int, row: _Row, z: torch.Tensor, logp: torch.Tensor) -> None:
+        if row.forced:
+            tok = row.forced.pop(0)
+            keep = z[tok].clone()
+            z.fill_(-math.inf)
+            z[tok] = keep if math.isfinite(float(keep)) else 0.0
+            return
+        partial = row.tokens[row.start :]
+        banned: set[int] = set()
+        if row.ban_marker_step and self.marker:
+            banned.update(self.marker)
+            if float(logp[self.marker].exp().sum()) > 0.05:
+                self._note(i, Pathology.PREMATURE_COMMITMENT, "ban_answer_marker")
+        k = len(partial)
+        for seq in row.banned_prefixes:
+            if len(seq) == k + 1 and tuple(partial) == seq[:k]:
+                banned.add(seq[k])
+        p = Pathology.REVERSAL
+        if p in self.thresholds and self.marker:
+            thr = self.thresholds[p]
+            on = thr is None or thr <= 1.0
+            timed = self.timing == "random" and self._scheduled(i, p, len(row.states))
+            if on or timed:
+                a = self._supported_answer(row)
+                if a is not None and k == 1 and partial[0] in self.marker and (on or timed):
+                    s, e = row.spans[a]
+                    rest = row.tokens[s:e][1:]
+                    if rest and row.counts[p] < self.max_interventions:
+                        row.forced = list(rest[1:])
+                        self._note(i, p, "restore_answer")
+                        keep = z[rest[0]].clone()
+                        z.fill_(-math.inf)
+                        z[rest[0]] = keep if math.isfinite(float(keep)) else 0.0
+                        return
+                if on and not any(x is not None for x in row.answers) and float(logp[self.eos].exp()) > 0.05:
+                    if row.counts[p] < self.max_interventions:
+                        self._note(i, p, "ban_eos_force_marker")
+                        row.forced = list(self.marker[1:])
+                        keep = z[self.marker[0]].clone()
+                        z.fill_(-math.inf)
+                        z[self.marker[0]] = keep if math.isfinite(float(keep)) else 0.0
+                        return
+        if banned:
+            idx = torch.tensor(sorted(banned))
+            allowed = torch.ones(z.shape[0], dtype=torch.bool)
+            allowed[idx] = False
+            if bool(torch.isfinite(z[allowed]).any()):  # never ban every token
+                z[idx] = -math.inf
+        if row.cool_left > 0:
+            z.div_(self.factor)
+
+
+def random_schedule(
+    counts: Sequence[Mapping[Any, int]], horizon: int, generator: torch.Generator
+) -> list[dict[Pathology, list[int]]]:
+    """Random intervention steps with the same per-row, per-controller counts (generic control g3).
+
+    ``counts[i][p]`` interventions of controller ``p`` for row ``i`` are placed at distinct random
+    steps in ``[0, horizon)`` drawn with ``generator``.
+    """
+    check_int("horizon", horizon, low=1)
+    if not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
+    out = []
+    for row in counts:
+        sched = {}
+        for key, c in sorted(row.items(), key=lambda kv: str(kv[0])):
+            p = Pathology.parse(key)
+            c = min(check_int(f"counts[{p.value}]", c, low=0), horizon)
+            steps = torch.randperm(horizon, generator=generator)[:c].tolist() if c else []
+            sched[p] = sorted(steps)
+        out.append(sched)
+    return out
+
+
+class VerifyCue(LogitsProcessor):
+    """Generic control g4: force ``cue_ids`` at the start of every ``every``-th step.
+
+    Parameters
+    ----------
+    cue_ids : sequence of int
+    every : int
+        Steps between cues (counted in generated delimiters).
+    delimiter_ids : iterable of int
+    eos_token_id : int
+    """
+
+    def __init__(self, cue_ids: Sequence[int], every: int, delimiter_ids: Iterable[int], eos_token_id: int):
+        self.cue = as_id_list("cue_ids", cue_ids)
+        if not self.cue:
+            raise ValueError("cue_ids must hold at least one token")
+        self.every = check_int("every", every, low=1)
+        self.delims = frozenset(as_id_list("delimiter_ids", list(delimiter_ids)))
+        self.eos = check_int("eos_token_id", eos_token_id, low=0)
+        self._last_len: int | None = None
+        self.count: list[int] = []
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        b, t = input_ids.shape
+        if self._last_len is None or t != self._last_len + 1 or len(self.count) != b:
+            self._start, self._steps, self._pos, self._done = t, [0] * b, [None] * b, [False] * b
+            self.count = [0] * b
+        self._last_len = t
+        out = scores
+        for i in range(b):
+            if t > self._start:
+                tok = int(input_ids[i, -1])
+                if tok == self.eos:
+                    self._done[i] = True
+                if self._pos[i] is not None:
+                    self._pos[i] = self._pos[i] + 1 if self._pos[i] + 1 < len(self.cue) else None
+                elif tok in self.delims:
+                    self._steps[i] += 1
+                    if self._steps[i] % self.every == 0:
+                        self._pos[i] = 0
+                        self.count[i] += 1
+            if self._done[i] or self._pos[i] is None:
+                continue
+            if out is scores:
+                out = scores.clone()
+            tok = self.cue[self._pos[i]]
+            out[i].fill_(-math.inf)
+            out[i, tok] = 0.0
+        return out
+
+
+class AnswerRegexStop(StoppingCriteria):
+    """Surface baseline (overthinking): stop a row once its decoded continuation matches ``pattern``.
+
+    Parameters
+    ----------
+    decode : callable
+        ``decode(token_ids: list[int]) -> str`` for the generated part.
+    pattern : str
+        Regular expression searched in the decoded continuation.
+    prompt_length : int
+        Number of prompt tokens (left-padded prompts share it).
+    """
+
+    def __init__(self, decode: Callable[[list[int]], str], pattern: str, prompt_length: int):
+        if not callable(decode):
+            raise TypeError("decode must be callable: token ids -> str")
+        if not isinstance(pattern, str) or not pattern:
+            raise ValueError("pattern must be a non-empty regular expression string")
+        self.decode, self.regex = decode, re.compile(pattern)
+        self.prompt_length = check_int("prompt_length", prompt_length, low=0)
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs) -> torch.BoolTensor:
+        out = [bool(self.regex.search(self.decode(row[self.prompt_length :].tolist()))) for row in input_ids]
+        return torch.tensor(out, dtype=torch.bool, device=input_ids.device)
