@@ -38,7 +38,7 @@ from neurips26.robotics.recpo import (
     training_compositions,
     view_training_data,
 )
-from neurips26.robotics.recpo.bench import HELD_OUT_SKILLS, call_for
+from neurips26.robotics.recpo.bench import HELD_OUT_SKILLS, call_for, replay_fails
 from neurips26.robotics.recpo.kitchen import CANONICAL_STATE, label, skill_target, state_labels
 
 METHOD = "recpo"
@@ -189,6 +189,14 @@ def run(config: dict[str, Any], seed: int) -> SeedResult:
         enabling.append(float(any(label(*skill_target(c)) not in task.target for c in plan)))
         already.append(float(any(t in state_labels(task.robot_state) for t in task.target)))
         held_skill.append(float(any(call_for(task.demo_state, t) in HELD_OUT_SKILLS for t in task.target)))
+    regime = [replay_fails(t) for t in tasks]
+    by_subset = {
+        name: {
+            a: float(np.mean([r["completion"] for r, m in zip(held[a], regime) if m == flag] or [np.nan]))
+            for a in ARMS
+        }
+        for name, flag in (("replay_fails", True), ("replay_would_work", False))
+    }
     metrics = {
         "heldout_completion": {a: _mean(held[a], "completion") for a in ARMS},
         "heldout_success": {a: _mean(held[a], "success") for a in ARMS},
@@ -215,12 +223,14 @@ def run(config: dict[str, Any], seed: int) -> SeedResult:
         "noises": noises,
         "per_task_completion": {a: [r["completion"] for r in held[a]] for a in ARMS},
         "planning_time_per_task": timing,
+        "heldout_completion_by_subset": by_subset,
         "replans": {a: _mean(held[a], "replans") for a in ("recpo", "recpo_learned")},
         "unresolvable_fraction": {a: _mean(held[a], "unresolvable") for a in ("recpo", "recpo_learned")},
         "testbed": {
             "tasks": len(tasks),
             "task_lengths": [len(t.target) for t in tasks],
             "enabling_fraction": float(np.mean(enabling)),
+            "replay_fails_fraction": float(np.mean(regime)),
             "some_goal_already_satisfied_fraction": float(np.mean(already)),
             "uses_skill_never_in_training_fraction": float(np.mean(held_skill)),
             "kb_relations": res["kb_relations"],

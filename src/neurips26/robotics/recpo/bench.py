@@ -26,6 +26,7 @@ from neurips26.robotics.recpo.core import (
     Segment,
     SegmentedEpisode,
     labels_of,
+    ordered_subtask_completion,
 )
 from neurips26.robotics.recpo.kitchen import (
     CANONICAL_STATE,
@@ -38,6 +39,7 @@ from neurips26.robotics.recpo.kitchen import (
     parse_label,
     random_state,
     skill_target,
+    state_labels,
     transition,
 )
 from neurips26.robotics.recpo.views import ProcedureView, as_observations
@@ -99,6 +101,16 @@ def training_compositions(n: int = 24, length: int = 4, seed: int = 0) -> list[t
     raise RuntimeError("could not generate covering training compositions")  # pragma: no cover
 
 
+def replay_fails(task: KitchenTask) -> bool:
+    """Whether executing the demonstrated skills from the robot's state misses a target (true model)."""
+    s, events = dict(task.robot_state), []
+    for t in task.target:
+        new, _ = transition(s, call_for(task.demo_state, t))
+        events += sorted(state_labels(new) - state_labels(s))
+        s = new
+    return ordered_subtask_completion(events, task.target, initial=state_labels(task.robot_state)) < 1.0
+
+
 def heldout_tasks(
     n: int,
     seed: int,
@@ -106,17 +118,23 @@ def heldout_tasks(
     min_len: int = 4,
     max_len: int = 7,
     max_depth: int = 3,
+    regime_fraction: float = 0.5,
 ) -> list[KitchenTask]:
     """``n`` held-out tasks: a random demonstrator state, a pure demonstration path of ``min_len..max_len``
     skills from it (every skill allowed), a different random robot state from which the oracle can achieve the
-    targets in order; label sequences in ``exclude`` are rejected."""
+    targets in order; label sequences in ``exclude`` are rejected. A ``regime_fraction`` of the tasks (evenly
+    spread) is drawn so that replaying the demonstrated skills from the robot's state fails (the spec's regime:
+    a precondition must be established); the others are unconstrained."""
     check_int("n", n, 1)
     check_int("min_len", min_len, 1)
     check_int("max_len", max_len, min_len)
+    check_float("regime_fraction", regime_fraction, 0.0, 1.0)
     rng = np.random.default_rng([seed, 7])
     banned = {tuple(e) for e in exclude}
     out: list[KitchenTask] = []
     while len(out) < n:
+        k = len(out)
+        need = int((k + 1) * regime_fraction) > int(k * regime_fraction)
         demo = random_state(rng)
         target = _random_walk(demo, int(rng.integers(min_len, max_len + 1)), rng, SKILLS)
         robot = random_state(rng)
@@ -124,7 +142,10 @@ def heldout_tasks(
             continue
         if oracle_plan(robot, target, max_depth) is None:
             continue
-        out.append(KitchenTask(target, demo, robot))
+        task = KitchenTask(target, demo, robot)
+        if need and not replay_fails(task):
+            continue
+        out.append(task)
     return out
 
 

@@ -520,7 +520,8 @@ def ordered_subtask_completion(
         The task's subtasks in the required order (non-empty).
     initial : collection of str
         Labels true before the first event; a target that holds when its turn comes counts. An event
-        ``"e=v"`` makes every ``"e=w"`` (``w != v``) false.
+        ``"e=v"`` makes every ``"e=w"`` (``w != v``) false and holds until then; a plain string (no ``=``)
+        is a momentary event.
     """
     for name, seq in (("achieved", achieved), ("target", target), ("initial", initial)):
         if isinstance(seq, str) or not all(isinstance(x, str) for x in seq):
@@ -539,9 +540,9 @@ def ordered_subtask_completion(
     p = advance(p)
     for e in achieved:
         element = e.partition("=")[0] if "=" in e else None
-        if element is not None:
+        if element is not None:  # a state label persists until its element changes; a plain event does not
             holds = {h for h in holds if not (h.partition("=")[0] == element and h != e)}
-        holds.add(e)
+            holds.add(e)
         if p < len(target) and e == target[p]:
             p = advance(p + 1)
         elif e in target[p + 1 :]:
