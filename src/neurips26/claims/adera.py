@@ -26,7 +26,7 @@ import torch
 
 from neurips26.claims.base import AtLeast, AtMost, Better, Claim, Exact, Headline, RatioAtLeast, SeedResult
 from neurips26.claims.plotting import pyplot, save_figure
-from neurips26.common.distributed import free_port
+from neurips26.common.distributed import Communicator, ThreadGroup, free_port
 from neurips26.distributed.adera import (
     DEFAULT_CODECS,
     AdERAConfig,
@@ -35,8 +35,6 @@ from neurips26.distributed.adera import (
     LayerSpec,
     Network,
     ShardedMoEWrapper,
-    ThreadGroup,
-    _Comm,
     decode_payload,
     encode_shard,
     exponents,
@@ -79,7 +77,7 @@ def markov_tokens(
 def _train_arm(arm: str, group: Any, config: dict, seed: int, data: torch.Tensor) -> dict[str, Any]:
     from neurips26.common.models import build_tiny_lm
 
-    comm = _Comm(group)
+    comm = Communicator(group)
     rank, world = comm.rank, comm.world_size
     with _BUILD_LOCK:  # build_tiny_lm seeds the global RNG: serialise it across virtual-rank threads
         model = build_tiny_lm("mixtral", vocab_size=config["vocab"], seed=seed)
@@ -146,7 +144,7 @@ def _train_arm(arm: str, group: Any, config: dict, seed: int, data: torch.Tensor
     return result
 
 
-def _adaptive_probe(wrapper: ShardedMoEWrapper, comm: _Comm) -> dict[str, Any]:
+def _adaptive_probe(wrapper: ShardedMoEWrapper, comm: Communicator) -> dict[str, Any]:
     """Time the adaptive decision for every expert shard with a measured and a GPU-like cost model."""
     out: dict[str, Any] = {}
     models = {"gpu_like": CostModel()}
@@ -381,7 +379,9 @@ def _run(config: dict, seed: int) -> SeedResult:
         "adera_codec_time_s": {"encode": ada["time_encode"], "decode": ada["time_decode"]},
         "median_iter_s": iter_s,
         "iter_time_ratio_vs_raw": {arm: iter_s[arm] / iter_s["raw"] for arm in ARMS},
-        "budget": {arm: {"iters": iters, "batch": config["batch"], "seq_len": config["seq_len"]} for arm in ARMS},
+        "budget": {
+            arm: {"iters": iters, "batch": config["batch"], "seq_len": config["seq_len"]} for arm in ARMS
+        },
         "wire_bytes_post_warmup": {arm: int(sum(res[arm]["wire"][start:])) for arm in ARMS},
         "raw_bytes_post_warmup": int(sum(res["raw"]["raw"][start:])),
         "max_abs_loss_diff_vs_raw": {
