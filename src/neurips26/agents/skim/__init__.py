@@ -31,6 +31,7 @@ from neurips26.agents.skim.distill import (
     SKIMDistiller,
     constrained_kl,
     evaluate_constrained,
+    greedy_match,
     output_masks,
 )
 from neurips26.agents.skim.grammar import (
@@ -63,6 +64,7 @@ __all__ = [
     "SKIMDistiller",
     "constrained_kl",
     "evaluate_constrained",
+    "greedy_match",
     "output_masks",
     "IGNORE",
     "ROLE_NAMES",

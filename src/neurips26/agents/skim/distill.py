@@ -43,7 +43,6 @@ from neurips26.agents.skim.grammar import (
     IGNORE,
     JsonSchemaGrammar,
     TokenRole,
-    assign_token_roles,
     constrained_generate,
     role_weight_vector,
 )
@@ -212,10 +211,10 @@ class SKIMDistiller:
         self.rng = random.Random(seed)
         self.calls = 0
         self._teacher_out: dict[tuple[int, ...], list[int]] = {}
-        for p in teacher.parameters():
-            p.requires_grad_(False)
-        teacher.eval()
+        teacher.eval()  # frozen: only ever run under no_grad
         params = [p for p in student.parameters() if p.requires_grad]
+        if not params:
+            raise ValueError("student has no trainable parameters (requires_grad is False everywhere)")
         self.opt = torch.optim.AdamW(params, lr=self.lr)
 
     def teacher_outputs(self, prompts: Sequence[Sequence[int]]) -> list[list[int]]:
@@ -263,15 +262,17 @@ class SKIMDistiller:
                 weights[r, p - 1 : p - 1 + len(o)] = 1.0
             valid = torch.ones(ids.shape + (v,), dtype=torch.bool)
         else:
-            roles = assign_token_roles(ids, plens, self.grammar, attention_mask=att)
-            out_pos = torch.zeros(ids.shape, dtype=torch.bool)
-            for r, (p, o) in enumerate(zip(plens, outputs)):
-                out_pos[r, p - 1 : p - 1 + len(o)] = True
-            weights = torch.where(out_pos & (roles >= 0), self.kd_w[roles.clamp_min(0)], torch.zeros(()))
+            roles = torch.full(ids.shape, IGNORE, dtype=torch.long)
+            weights = torch.zeros(ids.shape)
             valid = torch.zeros(ids.shape + (v,), dtype=torch.bool)
-            valid[..., : self.grammar.vocab_size] = output_masks(
-                self.grammar, prompts, outputs, ids.shape + (self.grammar.vocab_size,)
-            )
+            valid[..., : self.grammar.vocab_size] = True
+            for r, (p, o) in enumerate(zip(plens, outputs)):
+                roles[r, : p - 1] = int(TokenRole.CONTEXT)
+                if o:
+                    masks, out_roles = self.grammar.trace(o)
+                    roles[r, p - 1 : p - 1 + len(o)] = out_roles
+                    weights[r, p - 1 : p - 1 + len(o)] = self.kd_w[out_roles]
+                    valid[r, p - 1 : p - 1 + len(o), : self.grammar.vocab_size] = masks
         kd = constrained_kl(s_out.logits, t_out.logits, valid, weights, self.temperature)
         feat = torch.zeros(())
         if feats:
@@ -291,9 +292,9 @@ class SKIMDistiller:
         self.masks.reapply(self.student)
         n_dec = int(((roles == int(TokenRole.DECISION)) & (weights > 0)).sum())
         return {
-            "loss": float(loss),
-            "kd": float(kd),
-            "feat": float(feat),
+            "loss": float(loss.detach()),
+            "kd": float(kd.detach()),
+            "feat": float(feat.detach()),
             "grad_norm": float(grad_norm),
             "on_policy": float(on_policy),
             "decision_positions": float(n_dec),
@@ -306,6 +307,40 @@ class SKIMDistiller:
         for _ in range(steps):
             history.append(self.step(next(it)))
         return history
+
+
+@torch.no_grad()
+def greedy_match(
+    model: nn.Module,
+    grammar: JsonSchemaGrammar,
+    prompts: Sequence[Sequence[int]],
+    outputs: Sequence[Sequence[int]],
+    *,
+    pad_token_id: int = 0,
+    batch_size: int = 64,
+) -> list[list[bool]]:
+    """Per output position: does the grammar-restricted argmax, given the reference prefix, pick the reference token?
+
+    Greedy constrained decoding reproduces a reference output exactly iff every entry is ``True``
+    (induction over positions), so exact-call accuracy costs one teacher-forced forward pass instead of
+    a decoding loop. Ties in the argmax resolve to the lowest token id.
+    """
+    if len(prompts) != len(outputs):
+        raise ValueError(f"{len(prompts)} prompts but {len(outputs)} outputs")
+    check_int("batch_size", batch_size, low=1)
+    was_training = model.training
+    model.eval()
+    result: list[list[bool]] = []
+    for s in range(0, len(prompts), batch_size):
+        ps, os_ = prompts[s : s + batch_size], outputs[s : s + batch_size]
+        ids, att = _pad_sequences(ps, os_, pad_token_id)
+        logits = model(input_ids=ids, attention_mask=att).logits[..., : grammar.vocab_size]
+        for r, (p, o) in enumerate(zip(ps, os_)):
+            masks, _ = grammar.trace(o)
+            z = logits[r, len(p) - 1 : len(p) - 1 + len(o)].masked_fill(~masks, float("-inf"))
+            result.append((z.argmax(-1) == torch.tensor(list(o))).tolist())
+    model.train(was_training)
+    return result
 
 
 def evaluate_constrained(
@@ -362,4 +397,11 @@ def evaluate_constrained(
     return result
 
 
-__all__ = ["FEATURE_WEIGHTS", "constrained_kl", "output_masks", "SKIMDistiller", "evaluate_constrained"]
+__all__ = [
+    "FEATURE_WEIGHTS",
+    "constrained_kl",
+    "output_masks",
+    "SKIMDistiller",
+    "greedy_match",
+    "evaluate_constrained",
+]
