@@ -16,9 +16,6 @@ from neurips26.inference.adkv import (
     ADKVLayer,
     ADKVQuantizer,
     GroupwiseStaticCache,
-    _attention,
-    _pack_indices,
-    _unpack_indices,
     adkv_memory_formula,
     calibrate_adkv,
     calibrate_streams,
@@ -26,6 +23,8 @@ from neurips26.inference.adkv import (
     metadata_bits,
     select_outlier_channels,
 )
+from neurips26.inference.adkv.calibrate import _attention
+from neurips26.inference.adkv.outliers import _pack_indices, _unpack_indices
 
 
 def tiny_model(seed=0, kv_heads=2):

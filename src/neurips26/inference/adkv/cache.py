@@ -1,0 +1,581 @@
+r"""ADKV as a ``transformers`` KV cache: :class:`ADKVLayer`, :class:`ADKVCache`, and the static baseline.
+
+:class:`ADKVLayer` keeps a full-precision residual window and ADKV-codes flushed blocks of keys (and
+values), with outlier channels stored exactly in fp16; :class:`GroupwiseStaticCache` is the static
+group-wise (KIVI-style) baseline with per-group zero-point and scale.
+
+.. math::
+    \hat K = \mathrm{decode}(\mathrm{codes}_K; z_1, a_1, \eta_z, \eta_s, \gamma)
+    \ \cup\ K_{\mathcal{O}}\ \cup\ K_{\mathrm{residual}}
+
+Shapes
+------
+- ``update(key_states, value_states, layer_idx)``: ``[B, H_kv, T_new, d]`` each; returns the full
+  ``[B, H_kv, T, d]`` keys and values for attention.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from transformers import Cache
+from transformers.cache_utils import BaseQuantizedLayer
+
+from neurips26.inference.adkv.outliers import (
+    _check_outlier_indices,
+    _complement,
+    _pack_indices,
+    _unpack_indices,
+    index_bits,
+    select_outlier_channels,
+)
+from neurips26.inference.adkv.quantizer import _META, ADKVConfig, ADKVQuantizer, ADKVState, _check_fp16_range
+from neurips26.inference.quant import (
+    FULL_PRECISION_BITS,
+    KIVICache,
+    QuantizedKVCacheMixin,
+    QuantizedTensor,
+    _measured,
+    check_kv_states,
+    held_bytes_report,
+    pack_bits,
+    quantize_asym,
+    text_config,
+    unpack_bits,
+)
+
+
+# -------------------------------------------------------------------------------------------- cache
+class ADKVLayer(BaseQuantizedLayer):
+    """One decoder layer's ADKV cache (a ``transformers.cache_utils`` quantised layer).
+
+    Keys (and values in ``value_mode="adkv"``) are encoded token by token as they leave the
+    full-precision residual window; codes are bit-packed per token (``[batch, T, ceil(H*D*b/8)]``
+    bytes). The initial state is taken from the first ``init_tokens`` tokens of the first update. With
+    ``bits == 16`` the layer stores full precision and behaves exactly like ``DynamicLayer``.
+
+    With ``n_outliers = n > 0`` each ADKV-coded stream (keys, and values in ``value_mode="adkv"``)
+    keeps ``n`` channels per head exactly in fp16 (``key_outlier_values``/``value_outlier_values``,
+    ``[batch, kv_heads, T, n]``, payload); the remaining ``head_dim - n`` channels are ADKV-coded. The
+    indices (``outliers``: ``Long[S, kv_heads, n]``) are stored once, bit-packed at
+    ``ceil(log2(head_dim))`` bits each (``outlier_index_codes``, metadata). With ``checkpoint_every``
+    the decoder state is checkpointed every ``C`` tokens (``stream_state.checkpoints``, metadata) and
+    the packed decoder replays chunks in parallel.
+
+    Parameters
+    ----------
+    config : ADKVConfig
+    key_params, value_params : Tensor[kv_heads, 3, head_dim], optional
+        Calibrated per-channel parameters (defaults from ``config``).
+    key_outliers, value_outliers : LongTensor[kv_heads, n_outliers], optional
+        Calibrated outlier channels (otherwise chosen from the first prefill's initial tokens).
+    """
+
+    def __init__(
+        self,
+        config: ADKVConfig,
+        key_params: torch.Tensor | None = None,
+        value_params: torch.Tensor | None = None,
+        key_outliers: torch.Tensor | None = None,
+        value_outliers: torch.Tensor | None = None,
+    ):
+        super().__init__()
+        self.config = config
+        self.key_params = key_params
+        self.value_params = value_params
+        self.key_outliers = key_outliers
+        self.value_outliers = value_outliers
+        self._clear()
+
+    def _clear(self) -> None:
+        self.key_codes: torch.Tensor | None = None  # [B, Tq, nbytes]
+        self.value_codes: torch.Tensor | None = None
+        self.value_blocks: list[QuantizedTensor] = []  # per_token value mode
+        self.stream_state: ADKVState | None = None  # fields [S, B, H, D']; S = 2 (K, V) or 1 (K)
+        self._sim_k: torch.Tensor | None = None
+        self._sim_v: torch.Tensor | None = None
+        self._deq_v_tok: torch.Tensor | None = None
+        self.key_outlier_values: torch.Tensor | None = None  # [B, H, Tq, n] fp16
+        self.value_outlier_values: torch.Tensor | None = None
+        self.outliers: torch.Tensor | None = None  # [S, H, n] (long), set when the streams start
+        self.outlier_index_codes: torch.Tensor | None = None  # packed indices (stored form)
+        self._normal: torch.Tensor | None = None  # [S, H, D - n]
+        self.encoded_length = 0
+
+    @property
+    def n_streams(self) -> int:
+        return 2 if self.config.value_mode == "adkv" else 1
+
+    @property
+    def is_croppable(self) -> bool:  # type: ignore[override]
+        return self.encoded_length == 0
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        if key_states.dim() != 4:
+            raise ValueError("key_states must be [batch, kv_heads, seq, head_dim]")
+        _, h, _, d = key_states.shape
+        for name, p in (("key_params", self.key_params), ("value_params", self.value_params)):
+            if p is not None and tuple(p.shape) != (h, 3, d):
+                raise ValueError(
+                    f"{name} must have shape ({h}, 3, {d}) (kv_heads, 3, head_dim), got {tuple(p.shape)}"
+                )
+        self.config.check_head_dim(d)
+        for name, o in (("key_outliers", self.key_outliers), ("value_outliers", self.value_outliers)):
+            if o is not None:
+                _check_outlier_indices(name, o, h, d, self.config.n_outliers)
+        if self.config.value_mode == "per_token" and d % self.config.value_group_size:
+            raise ValueError(f"value_group_size ({self.config.value_group_size}) must divide head_dim ({d})")
+        if self.key_params is None:
+            self.key_params = self.config.default_params(d, (h,))
+        if self.value_params is None:
+            self.value_params = self.config.default_params(d, (h,))
+        self.device, self.dtype = key_states.device, key_states.dtype
+        self.num_heads, self.head_dim = h, d
+        self.keys = key_states[..., :0, :].clone()
+        self.values = value_states[..., :0, :].clone()
+        if self.config.bits != FULL_PRECISION_BITS:
+            given = [self.key_outliers, self.value_outliers][: self.n_streams]
+            if self.config.n_outliers == 0:
+                self._build_quantizer(None)
+            elif all(o is not None for o in given):
+                self._build_quantizer(torch.stack([o.to(torch.long) for o in given]))
+        self.is_initialized = True
+
+    def _build_quantizer(self, outliers: torch.Tensor | None) -> None:
+        """Quantiser of the ADKV-coded channels; ``outliers: Long[S, H, n]`` or ``None`` (no outliers)."""
+        d = self.head_dim
+        streams = [self.key_params] + ([self.value_params] if self.config.value_mode == "adkv" else [])
+        params = torch.stack(streams).unsqueeze(1).to(self.device)  # [S, 1, H, 3, D]
+        if outliers is None:
+            self.sq = ADKVQuantizer(d, self.config, params)
+            return
+        width = index_bits(d)
+        self.outlier_index_codes = _pack_indices(outliers.to(self.device), width)
+        self.outliers = _unpack_indices(self.outlier_index_codes, width, outliers.shape).to(params.device)
+        self._normal = _complement(self.outliers, d).clone()  # own storage (a slice of the argsort)
+        s, h, m = self._normal.shape
+        params = params.gather(-1, self._normal[:, None, :, None, :].expand(s, 1, h, 3, m))
+        self.sq = ADKVQuantizer(m, self.config, params)  # [S, 1, H, 3, D - n]
+
+    def _start_streams(self, x: torch.Tensor) -> None:
+        """Choose outlier channels (if needed) from the first tokens of ``x: [S, B, H, T, D]``."""
+        if self.config.n_outliers and self.outliers is None:
+            n0 = min(self.config.init_tokens, x.shape[-2])
+            given = [self.key_outliers, self.value_outliers][: self.n_streams]
+            chosen = select_outlier_channels(x[..., :n0, :], self.config.n_outliers, pool_dims=(1,))
+            picks = [chosen[i] if o is None else o.to(chosen) for i, o in enumerate(given)]
+            self._build_quantizer(torch.stack(picks))
+
+    def _split_channels(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``x: [S, B, H, T, D]`` -> (ADKV-coded channels ``[S, B, H, T, D - n]``, outliers or ``None``)."""
+        if self._normal is None:
+            return x, None
+        s, b, h, t, _ = x.shape
+        take = lambda idx: x.gather(-1, idx[:, None, :, None, :].expand(s, b, h, t, idx.shape[-1]))  # noqa: E731
+        return take(self._normal), take(self.outliers)
+
+    def _merge_channels(self, xh: torch.Tensor, xo: torch.Tensor | None) -> torch.Tensor:
+        """Inverse of :meth:`_split_channels` (outliers cast to ``xh.dtype``)."""
+        if xo is None:
+            return xh
+        s, b, h, t, _ = xh.shape
+        out = xh.new_empty(s, b, h, t, self.head_dim)
+        out.scatter_(-1, self._normal[:, None, :, None, :].expand_as(xh), xh)
+        out.scatter_(-1, self.outliers[:, None, :, None, :].expand(s, b, h, t, xo.shape[-1]), xo.to(xh.dtype))
+        return out
+
+    def _outlier_stack(self) -> torch.Tensor | None:
+        if self.key_outlier_values is None:
+            return None
+        return torch.stack([self.key_outlier_values, self.value_outlier_values][: self.n_streams])
+
+    def _append_outliers(self, xo: torch.Tensor) -> None:
+        xo = xo.to(_META)
+        # a first chunk is copied: xo[0] and xo[1] are views of one stacked buffer
+        cat = lambda old, new: new.clone() if old is None else torch.cat([old, new], dim=-2)  # noqa: E731
+        self.key_outlier_values = cat(self.key_outlier_values, xo[0])
+        if xo.shape[0] > 1:
+            self.value_outlier_values = cat(self.value_outlier_values, xo[1])
+
+    def _quantize(self, tensor, *args, **kwargs):  # the encode path is `_encode`
+        raise NotImplementedError("ADKVLayer encodes streams with `_encode`")
+
+    def _dequantize(self, q_tensor):
+        raise NotImplementedError("ADKVLayer decodes streams with `dequantized_states`")
+
+    def _pack(self, q: torch.Tensor) -> torch.Tensor:
+        b, h, t, d = q.shape
+        return pack_bits(q.permute(0, 2, 1, 3).reshape(b, t, h * d).contiguous(), self.config.bits)
+
+    def _unpack(self, codes: torch.Tensor) -> torch.Tensor:
+        b, t, _ = codes.shape
+        d = self.sq.num_channels  # coded channels (head_dim - n_outliers)
+        q = unpack_bits(codes, self.config.bits, self.num_heads * d)
+        return q.reshape(b, t, self.num_heads, d).permute(0, 2, 1, 3)
+
+    def _encode(self, k: torch.Tensor, v: torch.Tensor) -> None:
+        joint = self.config.value_mode == "adkv"
+        x = torch.stack([k, v]) if joint else k.unsqueeze(0)  # [S, B, H, T, D]
+        if self.stream_state is None:
+            self._start_streams(x)
+        x, xo = self._split_channels(x)
+        if self.stream_state is None:
+            n0 = min(self.config.init_tokens, k.shape[-2])
+            self.stream_state = self.sq.init_state(x[..., :n0, :])
+        q, xh, self.stream_state = self.sq.encode_raw(x, self.stream_state)
+        self._store(q, xh, xo, v)
+
+    def _store(self, q: torch.Tensor, xh: torch.Tensor, xo: torch.Tensor | None, v: torch.Tensor) -> None:
+        """Append codes ``[S, B, H, T, D']``, outliers and (simulated) reconstructions of a new chunk."""
+        joint = self.config.value_mode == "adkv"
+        if xo is not None:
+            self._append_outliers(xo)
+            xh = self._merge_channels(xh, xo.to(_META))
+        codes = self._pack(q[0])
+        self.key_codes = codes if self.key_codes is None else torch.cat([self.key_codes, codes], dim=1)
+        xk = xh[0]
+        if joint:
+            vcodes = self._pack(q[1])
+            self.value_codes = (
+                vcodes if self.value_codes is None else torch.cat([self.value_codes, vcodes], dim=1)
+            )
+            xv = xh[1]
+        else:
+            blk = quantize_asym(v, self.config.bits, self.config.value_group_size, axis=-1)
+            self.value_blocks.append(blk)
+            xv = blk.dequantize()
+            self._deq_v_tok = xv if self._deq_v_tok is None else torch.cat([self._deq_v_tok, xv], dim=-2)
+        if self.config.storage == "simulated":  # copies: xh[0] and xh[1] are views of one buffer
+            xk = xk.to(self.dtype, copy=True)
+            self._sim_k = xk if self._sim_k is None else torch.cat([self._sim_k, xk], dim=-2)
+            if joint:
+                xv = xv.to(self.dtype, copy=True)
+                self._sim_v = xv if self._sim_v is None else torch.cat([self._sim_v, xv], dim=-2)
+        self.encoded_length += q.shape[-2]
+
+    def dequantized_states(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Reconstruction of all encoded tokens, ``[batch, kv_heads, encoded_len, head_dim]`` each."""
+        if self.encoded_length == 0:
+            return self.keys[..., :0, :], self.values[..., :0, :]
+        if self.config.storage == "simulated":
+            k = self._sim_k
+            v = self._sim_v if self.config.value_mode == "adkv" else self._deq_v_tok
+            return k, v
+        st = self.stream_state
+        if self.config.value_mode == "adkv":
+            q = torch.stack([self._unpack(self.key_codes), self._unpack(self.value_codes)])
+        else:
+            q = self._unpack(self.key_codes).unsqueeze(0)
+        xh = self._decode_by_head(q, st)
+        xo = self._outlier_stack()
+        xh = self._merge_channels(xh, xo).to(self.dtype)
+        if self.config.value_mode == "adkv":
+            return xh[0], xh[1]
+        v = torch.cat([b.dequantize() for b in self.value_blocks], dim=-2)
+        return xh[0], v
+
+    def _decode_by_head(self, q: torch.Tensor, st: ADKVState) -> torch.Tensor:
+        """Replay ``q: uint8 [S, B, H, T, D']`` one (stream, KV head) at a time (float64 result).
+
+        The recurrence is independent per channel, so slicing the leading dimensions gives exactly
+        the values of one batched replay while bounding the float64 scan temporaries to one head's
+        ``[B, T, D']`` instead of the whole layer's (peak decode memory).
+        """
+        params = self.sq.params  # [S, 1, H, 3, D']
+        out = torch.empty(q.shape, dtype=torch.float64, device=q.device)
+        for i in range(q.shape[0]):
+            stream = st.select(i)
+            for h in range(q.shape[2]):
+                head = stream._fields(lambda v, h=h: v[:, h : h + 1])
+                p = params[i, :, h : h + 1] if params.shape[2] > 1 else params[i]
+                out[i, :, h : h + 1] = self.sq._replay(q[i, :, h : h + 1], head, p, head.checkpoints)
+        return out
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        """Append ``[batch, kv_heads, new, head_dim]`` states; return the whole sequence's states.
+
+        The incoming tokens are returned in full precision for the current pass (as in KIVI); tokens
+        beyond the residual window are encoded and returned as reconstructions afterwards.
+        """
+        check_kv_states(key_states, value_states, self)
+        _check_fp16_range(key_states, value_states)
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        self.cumulative_length += key_states.shape[-2]
+        res_k = torch.cat([self.keys, key_states], dim=-2)
+        res_v = torch.cat([self.values, value_states], dim=-2)
+        if self.encoded_length:
+            dk, dv = self.dequantized_states()
+            out_k, out_v = torch.cat([dk, res_k], dim=-2), torch.cat([dv, res_v], dim=-2)
+        else:
+            out_k, out_v = res_k, res_v
+        if self.config.bits != FULL_PRECISION_BITS:
+            n_enc = res_k.shape[-2] - self.config.residual_length
+            if n_enc > 0:
+                self._encode(res_k[..., :n_enc, :], res_v[..., :n_enc, :])
+                # copy the window out: a view would keep the whole concatenation (the prefill) alive
+                res_k, res_v = res_k[..., n_enc:, :].clone(), res_v[..., n_enc:, :].clone()
+        self.keys, self.values = res_k, res_v
+        return out_k, out_v
+
+    def get_seq_length(self) -> int:
+        return self.cumulative_length
+
+    def reset(self) -> None:
+        super().reset()
+        self._clear()
+
+    def _map(self, fn_tensor, fn_state, fn_block) -> None:
+        self.keys, self.values = fn_tensor(self.keys), fn_tensor(self.values)
+        names = ("key_codes", "value_codes", "_sim_k", "_sim_v", "_deq_v_tok")
+        for name in names + ("key_outlier_values", "value_outlier_values"):
+            v = getattr(self, name)
+            if v is not None:
+                setattr(self, name, fn_tensor(v))
+        if self.stream_state is not None:
+            self.stream_state = fn_state(self.stream_state)
+        self.value_blocks = [fn_block(b) for b in self.value_blocks]
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        """Exact batch reordering of codes, states and residual (no re-quantisation)."""
+        if not self.is_initialized:
+            return
+        idx = beam_idx.to(self.keys.device)
+        self._map(
+            lambda t: t.index_select(0, idx),
+            lambda s: s.index_select(idx, dim=1),
+            lambda b: b.index_select(idx),
+        )
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        if indices.dtype == torch.bool:
+            indices = indices.nonzero().flatten()
+        self.reorder_cache(torch.as_tensor(indices))
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        if not self.is_initialized:
+            return
+        self._map(
+            lambda t: t.repeat_interleave(repeats, dim=0),
+            lambda s: s.repeat_interleave(repeats, dim=1),
+            lambda b: b.repeat_interleave(repeats),
+        )
+
+    def crop(self, tokens_to_remove: int) -> None:
+        """Remove the last ``-tokens_to_remove`` tokens from the residual window (``DynamicLayer`` rule).
+
+        Encoded tokens cannot be removed without re-encoding (the recurrent state moved past them), so
+        cropping into the encoded stream raises ``ValueError``.
+        """
+        if tokens_to_remove > 0:
+            raise ValueError("crop takes a negative number of tokens to remove (DynamicLayer convention)")
+        remove = -tokens_to_remove
+        if remove == 0 or not self.is_initialized:
+            return
+        if remove > self.keys.shape[-2]:
+            raise ValueError(
+                f"cannot crop {remove} tokens: only the {self.keys.shape[-2]} residual tokens can be removed "
+                "from an ADKV stream (raise residual_length to allow rollbacks)"
+            )
+        r = self.keys.shape[-2] - remove
+        self.keys, self.values = self.keys[..., :r, :].clone(), self.values[..., :r, :].clone()
+        self.cumulative_length -= remove
+
+    # -- accounting -----------------------------------------------------------------------------
+    def held_tensors(self) -> list[tuple[str, torch.Tensor]]:
+        """Every tensor this layer holds, with its :data:`~neurips26.inference.quant.MEMORY_CATEGORIES`
+        category: codes and fp16 outlier channels (``codes``); initial states, quantiser parameters,
+        packed outlier indices, checkpoints and per-token value metadata (``group_params``); the
+        residual (``window``); the float64 accumulators, the calibrated parameters as given and the
+        unpacked channel indices (``encoder_state``); simulated / per-token reconstructions
+        (``dequantized``)."""
+        out: list[tuple[str, torch.Tensor | None]] = []
+        if self.is_initialized:
+            out += [("window", self.keys), ("window", self.values)]
+        for name in ("key_codes", "value_codes", "key_outlier_values", "value_outlier_values"):
+            out.append(("codes", getattr(self, name)))
+        for b in self.value_blocks:
+            out += [("codes", b.codes), ("group_params", b.scale), ("group_params", b.zero)]
+        st = self.stream_state
+        if st is not None:
+            out += [("group_params", st.z1), ("group_params", st.a1), ("group_params", st.checkpoints)]
+            out += [("encoder_state", st.log_acc), ("encoder_state", st.cmax), ("encoder_state", st.dsum)]
+        sq = getattr(self, "sq", None)
+        if sq is not None:
+            out.append(("group_params", sq.params))
+        out.append(("group_params", self.outlier_index_codes))
+        for name in ("key_params", "value_params", "key_outliers", "value_outliers", "outliers", "_normal"):
+            out.append(("encoder_state", getattr(self, name)))
+        for name in ("_sim_k", "_sim_v", "_deq_v_tok"):
+            out.append(("dequantized", getattr(self, name)))
+        return [(c, t) for c, t in out if t is not None]
+
+    def memory_report(self) -> dict[str, int]:
+        """Held bytes of this layer by category, measured on its tensors."""
+        return held_bytes_report(self.held_tensors())
+
+    def memory_bytes(self, fp_itemsize: int | None = None) -> dict[str, int]:
+        """Stored bytes: measured (``fp_itemsize=None``, ``total == memory_report()["total"]``) or the
+        storage model (an int: ``payload`` = codes + fp16 outlier channels, ``metadata`` = initial
+        states, parameters, packed outlier indices, decoder checkpoints, per-token value metadata at
+        their stored widths, ``residual`` at ``fp_itemsize`` bytes per element). Also ``total`` and
+        ``elements``."""
+        payload = metadata = 0
+        if self.key_codes is not None:
+            payload += self.key_codes.numel()
+            if self.value_codes is not None:
+                payload += self.value_codes.numel()
+            for o in (self.key_outlier_values, self.value_outlier_values):
+                if o is not None:
+                    payload += o.numel() * o.element_size()
+            st = self.stream_state
+            p = self.sq.params.to(_META)
+            metadata += (st.z1.numel() + st.a1.numel()) * 2 + p.numel() * p.element_size()
+            if self.outlier_index_codes is not None:
+                metadata += self.outlier_index_codes.numel()
+            if st.checkpoints is not None:
+                metadata += st.checkpoints.numel() * st.checkpoints.element_size()
+        for b in self.value_blocks:
+            payload += b.payload_nbytes
+            metadata += b.metadata_nbytes
+        residual = elements = 0
+        if self.is_initialized:
+            item = self.keys.element_size() if fp_itemsize is None else fp_itemsize
+            residual = (self.keys.numel() + self.values.numel()) * item
+            b = self.keys.shape[0]
+            elements = 2 * b * self.num_heads * self.head_dim * self.cumulative_length
+        if fp_itemsize is None:
+            return {**_measured(self.memory_report()), "elements": elements}
+        return {
+            "payload": payload,
+            "metadata": metadata,
+            "residual": residual,
+            "total": payload + metadata + residual,
+            "elements": elements,
+        }
+
+
+class ADKVCache(QuantizedKVCacheMixin, Cache):
+    """ADKV cache: a ``transformers.Cache`` of :class:`ADKVLayer`, one per decoder layer.
+
+    Usable as ``model.generate(input_ids, cache=ADKVCache(model.config, ADKVConfig(bits=2)))``
+    and in manual incremental forward passes.
+
+    Parameters
+    ----------
+    config : PretrainedConfig
+    adkv : ADKVConfig
+    params : dict, optional
+        ``{layer_idx: {"key": Tensor[kv_heads, 3, head_dim], "value": Tensor[...]}}`` from
+        :func:`calibrate_adkv`; missing layers use the defaults. With ``adkv.n_outliers > 0`` the
+        entries may also hold ``"key_outliers"``/``"value_outliers"``: ``LongTensor[kv_heads,
+        n_outliers]`` (otherwise chosen from the first prefill).
+    """
+
+    def __init__(self, config: Any, adkv: ADKVConfig | None = None, params: dict | None = None):
+        config = text_config(config)
+        adkv = ADKVConfig() if adkv is None else adkv
+        if not isinstance(adkv, ADKVConfig):
+            raise TypeError(f"adkv must be an ADKVConfig, got {type(adkv).__name__}")
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+        adkv.check_head_dim(head_dim)
+        params = params or {}
+        layers = []
+        for i in range(config.num_hidden_layers):
+            p = params.get(i, {})
+            for name in ("key", "value"):
+                t = p.get(name)
+                if t is not None and tuple(t.shape) != (kv_heads, 3, head_dim):
+                    raise ValueError(
+                        f"params[{i}][{name!r}] must have shape ({kv_heads}, 3, {head_dim}) "
+                        f"(kv_heads, 3, head_dim), got {tuple(t.shape)}"
+                    )
+                o = p.get(f"{name}_outliers")
+                if o is not None:
+                    _check_outlier_indices(
+                        f"params[{i}]['{name}_outliers']", o, kv_heads, head_dim, adkv.n_outliers
+                    )
+            layers.append(
+                ADKVLayer(adkv, p.get("key"), p.get("value"), p.get("key_outliers"), p.get("value_outliers"))
+            )
+        self.adkv = adkv
+        super().__init__(layers=layers)
+
+    def bulk_prefill(self, key_value_states: Sequence[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        """Store a prefill of every layer at once, encoding all layers' streams in one vectorised pass.
+
+        Equivalent to ``cache.update(k, v, layer_idx)`` for each layer on an empty cache (the same
+        codes, states and stored tensors), but runs the sequential encoder once for all layers instead
+        of once per layer.
+
+        Parameters
+        ----------
+        key_value_states : sequence of ``(Tensor[B, kv_heads, T, head_dim], Tensor[B, kv_heads, T, head_dim])``
+            One pair per layer, all of the same shape.
+        """
+        if len(key_value_states) != len(self.layers):
+            raise ValueError(
+                f"need one (key, value) pair per layer ({len(self.layers)}), got {len(key_value_states)}"
+            )
+        if any(layer.is_initialized for layer in self.layers):
+            raise RuntimeError("bulk_prefill needs an empty cache")
+        for k, v in key_value_states:
+            check_kv_states(k, v)
+            _check_fp16_range(k, v)
+        cfg = self.adkv
+        if cfg.bits == FULL_PRECISION_BITS or cfg.value_mode != "adkv":
+            for i, (k, v) in enumerate(key_value_states):
+                self.update(k, v, i)
+            return
+        shapes = {tuple(k.shape) for k, _ in key_value_states} | {tuple(v.shape) for _, v in key_value_states}
+        if len(shapes) != 1:
+            raise ValueError(f"all layers' states must share one shape, got {sorted(shapes)}")
+        for layer, (k, v) in zip(self.layers, key_value_states):
+            layer.lazy_initialization(k, v)
+            layer.cumulative_length = k.shape[-2]
+        T = key_value_states[0][0].shape[-2]
+        n_enc = T - cfg.residual_length
+        if n_enc <= 0:
+            for layer, (k, v) in zip(self.layers, key_value_states):
+                layer.keys, layer.values = k.clone(), v.clone()
+            return
+        parts, outs = [], []
+        for layer, (k, v) in zip(self.layers, key_value_states):
+            xl = torch.stack([k[..., :n_enc, :], v[..., :n_enc, :]])
+            layer._start_streams(xl)
+            xn, xo = layer._split_channels(xl)
+            parts.append(xn)
+            outs.append(xo)
+        x = torch.stack(parts)  # [L, 2, B, H, n_enc, D']
+        params = torch.stack([layer.sq.params for layer in self.layers])  # [L, 2, 1, H, 3, D']
+        quant = ADKVQuantizer(x.shape[-1], cfg, params)
+        n0 = min(cfg.init_tokens, n_enc)
+        state = quant.init_state(x[..., :n0, :])
+        q, xh, end = quant.encode_raw(x, state)
+        for i, (layer, (k, v)) in enumerate(zip(self.layers, key_value_states)):
+            layer.stream_state = end.select(i)._fields(torch.clone)  # own storage, not a slice of all layers
+            layer._store(q[i], xh[i], outs[i], v)
+            layer.keys, layer.values = k[..., n_enc:, :].clone(), v[..., n_enc:, :].clone()
+
+
+class GroupwiseStaticCache(KIVICache):
+    """Static group-wise baseline in the KIVI layout (keys per channel over ``group_size``-token blocks,
+    values per token over ``value_group_size`` channels) with ``residual_length=0`` by default."""
+
+    def __init__(
+        self,
+        config: Any,
+        bits: int = 2,
+        group_size: int = 128,
+        residual_length: int = 0,
+        value_group_size: int | None = 32,
+        keep_dequantized: bool = False,
+    ):
+        config = text_config(config)
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        if value_group_size is not None:
+            value_group_size = min(value_group_size, head_dim)
+        super().__init__(config, bits, group_size, residual_length, value_group_size, keep_dequantized)
