@@ -392,7 +392,11 @@ CLAIM = Claim(
         "move joint values along scripted curves; no contact physics), the extension (reverse operations, three "
         "kettle places, two blocking preconditions) is inferred, observations are the 30-D joint vector with "
         "Gaussian noise, and the retrieval baselines get the same key-frame segmentation as RecPo. Results "
-        "validate the reconfiguration mechanism, not robot-level performance. Quick: 2 demos per composition, "
+        "validate the reconfiguration mechanism, not robot-level performance. Outside this check, a slow test runs "
+        "RecPo's plan [turn_on(light switch), open(microwave)] in MuJoCo FrankaKitchen-v1 with scripted joint-space "
+        "primitives (IK waypoints through the env's velocity actions): FrankaKitchen records both tasks complete "
+        "and both hold at the end (switch -0.63 rad, door -0.65 rad); in the reverse order the arm's move to the "
+        "switch pushes the door back to -0.22 rad, so only its completion event remains. Quick: 2 demos per composition, "
         "15 held-out tasks, noise grid (0.02, 0.1), 2 seeds; full: 5 demos, 60 tasks, (0.02, 0.05, 0.1), 5 seeds."
     ),
     data="Generated: FrankaKitchen-v1 constants from the installed gymnasium-robotics wheel; no download.",

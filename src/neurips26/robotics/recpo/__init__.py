@@ -25,6 +25,8 @@ Modules
   :func:`ordered_subtask_completion`.
 - :mod:`.bench`: training compositions, held-out tasks, demonstrations, and the baselines
   :class:`WholeCompositionRetrieval`, :class:`FullStateSkillRetrieval`, :class:`OraclePlanner`.
+- :mod:`.mujoco_skills` (imported on demand; needs mujoco): scripted joint-space primitives that run
+  ``turn_on(light switch)`` and ``open(microwave)`` of a RecPo plan in MuJoCo FrankaKitchen-v1.
 
 Shapes
 ------
