@@ -42,8 +42,13 @@ def test_check_errors():
 
 
 def test_check_refuses_planned_method():
+    from neurips26.registry import METHODS, status
+
+    planned = [m.slug for m in METHODS if status(m.slug)[0] == "planned"]
+    if not planned:
+        pytest.skip("every method has a module")
     with pytest.raises(SystemExit, match="no runnable claim check"):
-        main(["check", "recpo"])
+        main(["check", planned[-1]])
 
 
 def test_report_and_env(tmp_path, capsys):

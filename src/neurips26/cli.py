@@ -229,13 +229,38 @@ def cmd_ruler(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    from neurips26.bench import run_bench
+    from neurips26.bench.suites import BENCHMARKS
+
+    names = args.names or list(BENCHMARKS)
+    unknown = [n for n in names if n not in BENCHMARKS]
+    if unknown:
+        raise SystemExit(f"error: unknown benchmark(s) {unknown}; choose from {sorted(BENCHMARKS)}")
+    try:
+        threads = [int(t) for t in args.threads.split(",") if t.strip()]
+    except ValueError:
+        raise SystemExit(f"error: --threads must be comma-separated ints, got {args.threads!r}") from None
+    for name in names:
+        res = run_bench(name, quick=args.quick, threads=threads, seed=args.seed, out=args.out,
+                        log=lambda line: print(line, flush=True))  # fmt: skip
+        for arm, t in res["targets"].items():
+            if t["met"] is None:
+                state = "not measured in this run"
+            else:
+                state = f"{t['measured']:.2f}x -> {'met' if t['met'] else 'missed'}"
+            print(f"  target {arm} <= {t['max_ratio']}x at {res['x']}={t[res['x']]}: {state}")
+        print(f"{name}: {res['wall_s']:.1f} s -> {res['path']}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="neurips26",
         description="NeurIPS 2026 methods as tested components, each proven by a claim check.",
     )
     sub = parser.add_subparsers(
-        dest="command", required=True, metavar="{list,show,check,report,env,readme,ruler}"
+        dest="command", required=True, metavar="{list,show,check,report,env,readme,ruler,bench}"
     )
     p = sub.add_parser("list", help="all 36 methods and their derived status")
     p.add_argument("--area", help="only methods of this area (e.g. rl, graph)")
@@ -281,6 +306,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--out", default=None, help="write the table as JSON here")
     p.set_defaults(func=cmd_ruler)
+    p = sub.add_parser("bench", help="time efficiency components against their references (results/bench/)")
+    p.add_argument(
+        "names", nargs="*", help="benchmarks (default: all): kv_decode adera_codec adacal_prefill ..."
+    )
+    p.add_argument("--quick", action="store_true", help="the quick case list (under 3 minutes for all)")
+    p.add_argument("--threads", default="1,2", help="comma-separated intra-op thread counts (default 1,2)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", type=Path, default=None, help="results folder (default: results/)")
+    p.set_defaults(func=cmd_bench)
     return parser
 
 

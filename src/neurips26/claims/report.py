@@ -476,7 +476,10 @@ def ruler_heatmap(data: dict[str, Any], folder: Path) -> Path:
     ax.set_xticks(range(len(lengths)), [str(n) for n in lengths])
     ax.set_yticks(range(len(tasks)), tasks)
     ax.set_xlabel("context length (tokens)")
-    ax.set_title(f"RULER accuracy: {data.get('model')}\n{data.get('cache')} cache, n={data.get('n')} per cell", fontsize=9)
+    ax.set_title(
+        f"RULER accuracy: {data.get('model')}\n{data.get('cache')} cache, n={data.get('n')} per cell",
+        fontsize=9,
+    )
     fig.colorbar(im, ax=ax, fraction=0.04)
     return save_figure(fig, folder, f"ruler_{data['name']}", dpi=110)
 
@@ -532,11 +535,16 @@ def build_report(results_dir: Path, out_dir: Path | None = None) -> tuple[Path, 
     if ruler:
         md += "\n## " + RULER_HEADING + "\n\n" + RULER_INTRO + "\n\n"
         md += "\n".join(_ruler_md(data, plot, out_dir) for data, plot in ruler)
+    from neurips26.bench.report import bench_markdown, bench_plot, load_bench
+
+    bench = [(data, bench_plot(data, out_dir / "plots")) for data in load_bench(results_dir.parent / "bench")]
+    if bench:
+        md += "\n" + bench_markdown(bench, out_dir)
     md += "\n## Glossary\n\n" + "\n".join(f"- **{k}**: {v}" for k, v in glossary(results).items()) + "\n"
     md_path = out_dir / "report.md"
     atomic_write_text(md_path, md)
     html_path = out_dir / "report.html"
-    atomic_write_text(html_path, _html(results, rows, plots, ruler))
+    atomic_write_text(html_path, _html(results, rows, plots, ruler, bench))
     return md_path, html_path
 
 
@@ -571,6 +579,7 @@ def _html(
     rows: list[list[str]],
     plots: dict[str, list[Path]],
     ruler: list[tuple[dict[str, Any], Path]] = (),
+    bench: list[tuple[dict[str, Any], Path]] = (),
 ) -> str:
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'><title>neurips26 report</title><style>",
@@ -631,6 +640,10 @@ def _html(
         )
         table = [[t] + ["-" if v is None else f"{v:.2f}" for v in row] for t, row in zip(tasks, grid)]
         parts += [_html_rows(["task", *[str(n) for n in lengths]], table), _img(plot)]
+    if bench:
+        from neurips26.bench.report import bench_html
+
+        parts.append(bench_html(list(bench), _img))
     parts.append("<h2 id='glossary'>Glossary</h2><dl>")
     parts += [
         f"<dt><b>{html.escape(k)}</b></dt><dd>{html.escape(v)}</dd>" for k, v in glossary(results).items()

@@ -1,0 +1,333 @@
+"""The benchmarks of ``neurips26 bench``: what each times, on which inputs, against which reference.
+
+=================  ===================================  ==========================================
+name               arms                                 reference
+=================  ===================================  ==========================================
+``kv_decode``      ``kivi2``, ``adakvq``, ``adkv``      ``dynamic``: ``transformers.DynamicCache``
+``adera_codec``    ``encode``, ``decode``,              ``clone``: ``tensor.clone()`` of the shard
+                   ``encode+decode``
+``adacal_prefill`` ``masked``, ``gather``, ``flex``,    ``dense``: causal SDPA
+                   ``plan+masked``
+``archer_loss``    ``archer``                           ``grpo``: :func:`neurips26.rl.losses.grpo_loss`
+``optim_step``     ``accelegrad_sharp``, ``muon``       ``adamw``: ``torch.optim.AdamW``
+=================  ===================================  ==========================================
+
+Shapes
+------
+* ``kv_decode``: SmolLM2-135M (30 layers, 3 KV heads, head dim 64), one new token per step on a cache
+  pre-filled with ``[batch, 3, context, 64]`` standard-normal keys and values per layer.
+* ``adera_codec``: one bf16 shard of ``numel`` elements; 5% of the exponents differ from the cache.
+* ``adacal_prefill``: ``q [1, 9, n, 64]``, ``k, v [1, 3, n, 64]`` (SmolLM2's GQA shape), block 64, a
+  seeded causal block mask of density 0.3 (the diagonal always on) for the kernel arms, and AdaCal's
+  own plan for ``plan+masked``.
+* ``archer_loss``: per-token log-probs ``[8, 512]``, forward and backward.
+* ``optim_step``: a 784-256-10 MLP, batch 128, forward, backward and one step.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from neurips26.bench import Benchmark
+
+# ------------------------------------------------------------------------------------- kv_decode
+
+
+def _kv_cases(quick: bool) -> list[dict[str, Any]]:
+    if quick:
+        return [{"model": "smollm2-135m", "context": 1024, "batch": 1}]
+    return [{"model": "smollm2-135m", "context": t, "batch": b} for t in (1024, 4096, 8192) for b in (1, 8)]
+
+
+_MODELS: dict[str, Any] = {}
+
+
+def _model(name: str):
+    if name not in _MODELS:
+        if name == "tiny":
+            from neurips26.common.models import build_tiny_lm
+
+            _MODELS[name] = build_tiny_lm("llama", vocab_size=64, seed=0).eval()
+        else:
+            from neurips26.common.models import load_pretrained
+
+            _MODELS[name] = load_pretrained(name)[0].eval()
+    return _MODELS[name]
+
+
+def _fill(cache: Any, kv: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+    if hasattr(cache, "bulk_prefill"):
+        cache.bulk_prefill(kv)
+    else:
+        for i, (k, v) in enumerate(kv):
+            cache.update(k, v, i)
+
+
+def _kv_setup(case: dict[str, Any], seed: int):
+    from transformers import DynamicCache
+
+    from neurips26.inference import AdaKVQCache, AdaKVQConfig, ADKVCache, ADKVConfig, KIVICache
+    from neurips26.inference.benchmark import cache_tensor_bytes
+
+    model = _model(case["model"])
+    cfg = model.config
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    g = torch.Generator().manual_seed(seed)
+    shape = (case["batch"], cfg.num_key_value_heads, case["context"], head_dim)
+    kv = [
+        (torch.randn(shape, generator=g), torch.randn(shape, generator=g))
+        for _ in range(cfg.num_hidden_layers)
+    ]
+    caches = {
+        "dynamic": DynamicCache(config=cfg),
+        "kivi2": KIVICache(cfg, nbits=2, group_size=32, residual_length=32),
+        "adakvq": AdaKVQCache(cfg, AdaKVQConfig(online=False)),
+        "adkv": ADKVCache(cfg, ADKVConfig(bits=2, storage="packed")),
+    }
+    for cache in caches.values():
+        _fill(cache, kv)
+    token = torch.zeros(case["batch"], 1, dtype=torch.long)
+
+    def step(cache):
+        def run():
+            with torch.no_grad():
+                model(token, cache=cache, use_cache=True)
+
+        return run
+
+    extra = {"kv_bytes": {a: cache_tensor_bytes(c) for a, c in caches.items()}}
+    return {a: step(c) for a, c in caches.items()}, extra
+
+
+# ----------------------------------------------------------------------------------- adera_codec
+
+
+def _codec_cases(quick: bool) -> list[dict[str, Any]]:
+    sizes = (1 << 16, 1 << 20) if quick else (1 << 16, 1 << 20, 1 << 24, 1 << 26)
+    return [{"numel": n} for n in sizes]
+
+
+def _codec_setup(case: dict[str, Any], seed: int):
+    from neurips26.distributed.adera import decode_payload, encode_shard, exponents
+
+    n = case["numel"]
+    g = torch.Generator().manual_seed(seed)
+    w = torch.randn(n, generator=g) * 0.02
+    cache = exponents(w.to(torch.bfloat16)).clone()
+    flip = torch.rand(n, generator=g) < 0.05
+    x = torch.where(flip, w * 2.0, w).to(torch.bfloat16)
+    payload = encode_shard(x, cache)
+    scratch = cache.clone()
+
+    def decode():
+        scratch.copy_(cache)
+        decode_payload(payload, scratch)
+
+    def both():
+        scratch.copy_(cache)
+        decode_payload(encode_shard(x, cache), scratch)
+
+    arms = {
+        "clone": x.clone,
+        "encode": lambda: encode_shard(x, cache),
+        "decode": decode,
+        "encode+decode": both,
+    }
+    nbytes = n * x.element_size()
+    return arms, {"mode": payload.mode, "shard_bytes": nbytes, "payload_bytes": int(payload.nbytes)}
+
+
+# -------------------------------------------------------------------------------- adacal_prefill
+
+
+def _prefill_cases(quick: bool) -> list[dict[str, Any]]:
+    return [{"tokens": n} for n in ((2048,) if quick else (2048, 4096, 8192))]
+
+
+def _prefill_setup(case: dict[str, Any], seed: int):
+    from neurips26.inference import AdaCalConfig, plan_blocks, sparse_prefill_attention
+
+    n, bs, density = case["tokens"], 64, 0.3
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(1, 9, n, 64, generator=g)
+    k = torch.randn(1, 3, n, 64, generator=g)
+    v = torch.randn(1, 3, n, 64, generator=g)
+    nb = -(-n // bs)
+    mask = torch.rand(9, nb, nb, generator=g) < density
+    mask |= torch.eye(nb, dtype=torch.bool)
+    mask &= torch.ones(nb, nb, dtype=torch.bool).tril()
+    causal = nb * (nb + 1) / 2
+    config = AdaCalConfig(block_size=bs)
+
+    def dense():
+        F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+
+    def kernel(backend):
+        return lambda: sparse_prefill_attention(q, k, v, mask, bs, backend=backend)
+
+    def planned():
+        plan = plan_blocks(q, k, config)
+        sparse_prefill_attention(q, k, v, plan.mask, bs, backend="masked")
+
+    plan = plan_blocks(q, k, config)
+    extra = {
+        "kernel_density": float(mask.sum() / (9 * causal)),
+        "plan_density": float(plan.density.mean()),
+        "block_size": bs,
+    }
+    arms = {"dense": dense, "masked": kernel("masked"), "gather": kernel("gather"), "flex": kernel("flex"),
+            "plan+masked": planned}  # fmt: skip
+    return arms, extra
+
+
+# ----------------------------------------------------------------------------------- archer_loss
+
+
+def _loss_cases(quick: bool) -> list[dict[str, Any]]:
+    return [{"tokens": 512, "batch": 8}]
+
+
+def _loss_setup(case: dict[str, Any], seed: int):
+    from neurips26.rl.archer import ArcherConfig, archer_policy_loss
+    from neurips26.rl.losses import grpo_loss
+
+    b, t = case["batch"], case["tokens"]
+    g = torch.Generator().manual_seed(seed)
+    base = torch.randn(b, t, generator=g) * 0.1 - 1.0
+    old = base + torch.randn(b, t, generator=g) * 0.01
+    adv = torch.randn(b, generator=g)
+    mask = torch.ones(b, t)
+    entropy = torch.rand(b, t, generator=g) * 3.0
+    ref = base + torch.randn(b, t, generator=g) * 0.01  # Archer's default KL terms need reference log-probs
+
+    def arm(fn):
+        def run():
+            lp = base.clone().requires_grad_(True)
+            out = fn(lp)
+            (out[0] if isinstance(out, tuple) else out).backward()
+
+        return run
+
+    arms = {
+        "grpo": arm(
+            lambda lp: grpo_loss(lp, old, adv[:, None].expand(b, t), mask, ref_logprobs=ref, beta=0.04)
+        ),
+        "archer": arm(
+            lambda lp: archer_policy_loss(
+                lp, old, adv[:, None].expand(b, t), mask, entropy, ref_logprobs=ref, config=ArcherConfig()
+            )
+        ),  # fmt: skip
+    }
+    return arms, {}
+
+
+# ------------------------------------------------------------------------------------ optim_step
+
+
+def _optim_cases(quick: bool) -> list[dict[str, Any]]:
+    return [{"hidden": 256, "batch": 128}]
+
+
+def _optim_setup(case: dict[str, Any], seed: int):
+    from neurips26.common.precision import MuonAtPrecision
+    from neurips26.optim import AcceleGradSharp
+
+    torch.manual_seed(seed)
+    base = torch.nn.Sequential(
+        torch.nn.Linear(784, case["hidden"]), torch.nn.ReLU(), torch.nn.Linear(case["hidden"], 10)
+    )
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(case["batch"], 784, generator=g)
+    y = torch.randint(0, 10, (case["batch"],), generator=g)
+
+    def arm(make_opt):
+        model = copy.deepcopy(base)
+        opt = make_opt(model)
+
+        def run():
+            opt.zero_grad(set_to_none=True)
+            F.cross_entropy(model(x), y).backward()
+            opt.step()
+
+        return run
+
+    def muon(model):
+        mats = [p for p in model.parameters() if p.dim() == 2]
+        return MuonAtPrecision(mats, lr=0.02)
+
+    arms = {
+        "adamw": arm(lambda m: torch.optim.AdamW(m.parameters(), lr=1e-3)),
+        "accelegrad_sharp": arm(lambda m: AcceleGradSharp(m.parameters(), lr=0.1)),
+        "muon": arm(muon),
+    }
+    return arms, {"parameters": sum(p.numel() for p in base.parameters())}
+
+
+BENCHMARKS: dict[str, Benchmark] = {
+    "kv_decode": Benchmark(
+        "kv_decode",
+        "Quantized-KV decode step against DynamicCache (SmolLM2-135M)",
+        "dynamic",
+        _kv_cases,
+        _kv_setup,
+        "context",
+        targets={"kivi2": (1.5, 4096), "adakvq": (1.5, 4096), "adkv": (2.0, 4096)},
+        repeats=(5, 7),
+        notes="One decode step (a single new token) per timed call; the caches grow by one token per call. "
+        "AdaKVQ runs its static allocation (no online tracker) and ADKV is uncalibrated: the bit-widths and "
+        "code paths are those of the calibrated caches, the values differ. kv_bytes counts every tensor the "
+        "cache holds after the pre-fill (codes, scales, windows).",
+    ),  # fmt: skip
+    "adera_codec": Benchmark(
+        "adera_codec",
+        "AdERA codec throughput against tensor.clone()",
+        "clone",
+        _codec_cases,
+        _codec_setup,
+        "numel",
+        targets={"encode+decode": (10.0, 1 << 26)},
+        repeats=(7, 9),
+        notes="Single-shard encode and decode against the sender's exponent cache (5% of exponents changed), "
+        "bitwise exact. The 2-process gloo all-gather is timed by the adera claim check "
+        "(info.gloo), not here.",
+    ),  # fmt: skip
+    "adacal_prefill": Benchmark(
+        "adacal_prefill",
+        "AdaCal block-sparse prefill attention against dense SDPA",
+        "dense",
+        _prefill_cases,
+        _prefill_setup,
+        "tokens",
+        targets={"flex": (1.0, 8192)},
+        repeats=(3, 5),
+        notes="Kernel arms use one seeded causal block mask of density 0.3; plan+masked adds AdaCal's own "
+        "planning (probe, dispatch) on the same random q/k, whose plan density is recorded. On CPU the flex "
+        "backend runs eager (torch.compile of flex_attention targets CUDA), so it materialises the full "
+        "score matrix.",
+    ),  # fmt: skip
+    "archer_loss": Benchmark(
+        "archer_loss",
+        "Archer's token-level loss against the GRPO loss (forward + backward)",
+        "grpo",
+        _loss_cases,
+        _loss_setup,
+        "tokens",
+        repeats=(9, 15),
+        notes="Per-token log-probs [8, 512] with gradients; the model forward that produces them is not timed.",
+    ),  # fmt: skip
+    "optim_step": Benchmark(
+        "optim_step",
+        "AcceleGrad# step against AdamW and Muon (MLP 784-256-10)",
+        "adamw",
+        _optim_cases,
+        _optim_setup,
+        "hidden",
+        repeats=(9, 15),
+        notes="Forward, backward and one optimizer step per timed call; AcceleGrad#'s and Muon's polar steps "
+        "run at the precision neurips26.common.precision picks for this CPU.",
+    ),  # fmt: skip
+}
