@@ -372,6 +372,7 @@ def _run_inner(cfg: dict, seed: int) -> SeedResult:
     budget: dict[str, dict[str, Any]] = {}
     throughput, checks, timings = {}, [dense_dec], {}
     sparsity_achieved: dict[str, float] = {}
+    teacher_cache: dict = {}  # greedy teacher outputs, shared by every arm (the teacher is frozen)
     for s in cfg["sparsities"]:
         row: dict[str, Any] = {}
         pruned = {}
@@ -396,6 +397,7 @@ def _run_inner(cfg: dict, seed: int) -> SeedResult:
                     max_new_tokens=cfg["max_new_tokens"],
                     pad_token_id=pad,
                     seed=seed,
+                    teacher_cache=teacher_cache,
                 )
                 hist = distiller.fit(batches, cfg["steps"])
             budget[arm] = {
@@ -439,9 +441,6 @@ def _run_inner(cfg: dict, seed: int) -> SeedResult:
         },
         "valid_rate": {METHOD: min(c["valid"] for c in checks)},
         "forced_eval_agrees": {METHOD: min(c["agree"] for c in checks)},
-        "speed_ratio": {
-            METHOD: throughput["pruned_tokens_per_s"] / max(throughput["dense_tokens_per_s"], 1e-9)
-        },
     }
     curves = {
         "exact_vs_sparsity": {
@@ -459,6 +458,7 @@ def _run_inner(cfg: dict, seed: int) -> SeedResult:
         "achieved_sparsity": sparsity_achieved,
         "throughput": throughput
         | {
+            "speed_ratio": throughput["pruned_tokens_per_s"] / max(throughput["dense_tokens_per_s"], 1e-9),
             "note": "unstructured sparsity stores zeros in dense weight matrices; dense matmul kernels do the same "
             "work, so no speed-up is expected (speed_ratio ~ 1 up to timing noise)",
             "decode_check_prompts": n_dec,
@@ -498,12 +498,12 @@ CONFIGS = {
         "n_train": 3000,
         "teacher_steps": 600,
         "teacher_lr": 3e-3,
-        "n_test": 64,
-        "n_calib": 32,
-        "n_decode_check": 16,
-        "sparsities": [0.5, 0.8],
-        "steps": 3,
-        "batch": 8,
+        "n_test": 32,
+        "n_calib": 16,
+        "n_decode_check": 8,
+        "sparsities": [0.5, 0.9],
+        "steps": 2,
+        "batch": 4,
         "lr": 1e-3,
     },
     "quick": {
@@ -516,8 +516,8 @@ CONFIGS = {
         "n_test": 200,
         "n_calib": 128,
         "n_decode_check": 32,
-        "sparsities": [0.5, 0.8],
-        "steps": 30,
+        "sparsities": [0.5, 0.9],
+        "steps": 20,
         "batch": 16,
         "lr": 1e-3,
     },
@@ -540,7 +540,7 @@ CONFIGS = {
         "lr": 1e-4,
     },
 }
-_ITEMS = {"smoke": 64, "quick": 200, "full": 96}
+_ITEMS = {"smoke": 32, "quick": 200, "full": 96}
 
 CLAIM = Claim(
     slug="skim",
@@ -631,8 +631,6 @@ CLAIM = Claim(
         "outputs that parse as JSON and validate against the tool schema",
         "forced_eval_agrees": "minimum over the decoded subsets of the fraction of requests where real constrained "
         "decoding and the teacher-forced scoring agree on exactness",
-        "speed_ratio": "constrained-decoding tokens/s of skim at the highest sparsity / the dense teacher's "
-        "(unstructured zeros in dense kernels: ~1 expected)",
     },
 )
 

@@ -160,6 +160,8 @@ class SKIMDistiller:
         Feature weights per role (default decision 1.0, context 0.5, format 0.0).
     mu, temperature, on_policy, lr, grad_clip : float
     max_new_tokens, pad_token_id, seed : int
+    teacher_cache : dict, optional
+        Shared memo ``prompt tuple -> greedy teacher output`` (arms distilling from one teacher reuse it).
     """
 
     def __init__(
@@ -181,6 +183,7 @@ class SKIMDistiller:
         max_new_tokens: int = 32,
         pad_token_id: int = 0,
         seed: int = 0,
+        teacher_cache: dict | None = None,
     ):
         self.mode = check_choice("mode", mode, ("skim", "standard"))
         if not isinstance(masks, PruneResult):
@@ -210,7 +213,9 @@ class SKIMDistiller:
         self.seed = check_int("seed", seed, low=0)
         self.rng = random.Random(seed)
         self.calls = 0
-        self._teacher_out: dict[tuple[int, ...], list[int]] = {}
+        if teacher_cache is not None and not isinstance(teacher_cache, dict):
+            raise TypeError(f"teacher_cache must be a dict or None, got {type(teacher_cache).__name__}")
+        self._teacher_out: dict[tuple[int, ...], list[int]] = {} if teacher_cache is None else teacher_cache
         teacher.eval()  # frozen: only ever run under no_grad
         params = [p for p in student.parameters() if p.requires_grad]
         if not params:
