@@ -279,7 +279,8 @@ def plot(result: dict, folder: Path) -> list[Path]:
     for arm, per_seed in (result.get("curves", {}).get("noise_sweep") or {}).items():
         values = np.asarray(per_seed, dtype=float)
         if values.ndim == 2 and values.shape[1] == len(noises):
-            axes[1].errorbar(noises, values.mean(0), yerr=values.std(0), marker="o", label=arm)
+            name = "recpo (threshold views)" if arm == "recpo" else arm
+            axes[1].errorbar(noises, values.mean(0), yerr=values.std(0), marker="o", label=name)
     axes[1].set_xlabel("observation noise sigma")
     axes[1].set_ylabel("held-out completion")
     axes[1].legend(fontsize=7)
