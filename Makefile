@@ -7,7 +7,7 @@ RULER_LENGTHS ?= 512,1024,2048
 RULER_N ?= 20
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test reproduce full report ruler lint clean
+.PHONY: setup test reproduce full report ruler bench lint clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -40,6 +40,10 @@ report: setup
 # RULER calibration: what SmolLM2-135M reaches in full precision per task and length (a report section).
 ruler: setup
 	$(BIN)/neurips26 ruler --tasks all --lengths $(RULER_LENGTHS) --n $(RULER_N) --out results/ruler/smollm2-135m.json
+
+# Efficiency components against their references (ratios at 1 and 2 threads; a report section).
+bench: setup
+	$(BIN)/neurips26 bench $(if $(filter full,$(PROFILE)),,--quick)
 
 lint: setup
 	$(BIN)/ruff check src tests
