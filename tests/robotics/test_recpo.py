@@ -417,6 +417,10 @@ def test_demo_with_unknown_element_or_bad_frames_is_rejected():
         record_demonstration(CANONICAL_STATE, ["toaster=on"])
     with pytest.raises(ValueError, match="toaster"):
         record_demonstration({"toaster": "on"}, ["microwave=open"])
+    with pytest.raises(TypeError, match="target"):
+        record_demonstration(CANONICAL_STATE, "microwave=open")
+    with pytest.raises(TypeError, match="targets"):
+        oracle_plan(CANONICAL_STATE, "microwave=open")
     with pytest.raises(ValueError, match="not executable"):
         record_demonstration(state(microwave="open"), ["hinge cabinet=open"])
     interp = DemoInterpreter(default_views())

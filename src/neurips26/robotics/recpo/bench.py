@@ -158,6 +158,8 @@ def record_demonstration(
 ) -> tuple[np.ndarray, SegmentedEpisode]:
     """Execute ``target``'s skills from ``state`` and return the noisy frames ``(T, 30)`` and the segmented
     episode (each segment's ``pre``/``post`` are the ``settle_frames`` still frames around the skill)."""
+    if isinstance(target, str) or not all(isinstance(t, str) for t in target):
+        raise TypeError(f"target must be a sequence of labels like ['microwave=open'], got {target!r}")
     env = ExtendedKitchen(noise=check_float("noise", noise, 0.0, 10.0), settle_frames=settle_frames)
     env.reset(seed=seed, options={"state": check_state("state", state)})
     frames = [np.stack([env.observe() for _ in range(settle_frames)])]

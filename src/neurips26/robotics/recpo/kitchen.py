@@ -242,6 +242,10 @@ def oracle_plan(
     skill sequence (breadth-first, ``<= max_depth`` skills) that keeps earlier targets whose element is not
     targeted again; ``None`` when some target cannot be reached."""
     state = check_state("state", state)
+    if isinstance(targets, str):
+        raise TypeError(
+            f"targets must be a sequence of labels like ['microwave=open'], got the string {targets!r}"
+        )
     goals = [parse_label(t) for t in targets]
     plan: list[SkillCall] = []
     for i, (element, value) in enumerate(goals):
