@@ -123,7 +123,7 @@ def _train(cfg: dict) -> dict:
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()
-        losses.append(float(loss))
+        losses.append(loss.item())
     return {"state": {k: v.detach().clone() for k, v in model.state_dict().items()}, "losses": losses}
 
 

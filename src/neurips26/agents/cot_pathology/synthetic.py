@@ -217,9 +217,9 @@ class SyntheticArithmetic:
     def paraphrase(self, step_ids) -> list[int]:
         """Swap the surface form of a derivation step (``a + b = c`` <-> ``a plus b gives c``)."""
         w = [self.itos[int(t)] for t in step_ids]
-        if len(w) == 6 and w[0] in ("S", "C") and w[2] in ("+", "-") and w[4] == "=":
+        if len(w) == 7 and w[0] in ("S", "C") and w[2] in ("+", "-") and w[4] == "=" and w[6] == ";":
             return self.encode(f"{w[0]} {w[1]} {'plus' if w[2] == '+' else 'minus'} {w[3]} gives {w[5]} ;")
-        if len(w) == 6 and w[0] in ("S", "C") and w[2] in ("plus", "minus") and w[4] == "gives":
+        if len(w) == 7 and w[0] in ("S", "C") and w[2] in ("plus", "minus") and w[4] == "gives" and w[6] == ";":
             return self.encode(f"{w[0]} {w[1]} {'+' if w[2] == 'plus' else '-'} {w[3]} = {w[5]} ;")
         return [int(t) for t in step_ids]
 

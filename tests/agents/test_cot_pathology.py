@@ -1,0 +1,478 @@
+"""CoT pathology diagnostics: segmentation, latent states, the six detectors, controllers inside
+``generate``, surgery and the counterfactual helpers (tiny models only)."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from transformers import LogitsProcessor, LogitsProcessorList, StoppingCriteriaList
+
+from neurips26.agents.cot_pathology import (
+    ANSWER,
+    CONTROLLERS,
+    DETECTORS,
+    AnswerRegexStop,
+    LatentStateModel,
+    Pathology,
+    PathologyController,
+    Phase,
+    StepSegmenter,
+    SyntheticArithmetic,
+    Trajectory,
+    VerifyCue,
+    auroc,
+    counterfactual_flip_rate,
+    detect,
+    detect_all,
+    evaluate_detectors,
+    inject,
+    ngram_repetition,
+    path_change_rate,
+    phases,
+    random_schedule,
+)
+from neurips26.common.models import BOS_ID, build_tiny_lm
+
+TASK = SyntheticArithmetic(max_value=9, min_operands=3, max_operands=5)
+SEG = StepSegmenter([TASK.delimiter])
+
+
+def _ref(n_states: int = 4, **kw) -> LatentStateModel:
+    """Reference chain over states 0..3 that progress 0 -> 1 -> 2 -> 3 -> ANSWER, with uncertainty 1."""
+    seqs = [[0, 1, 2, 3, ANSWER], [0, 1, 2, ANSWER], [0, 2, 3, ANSWER], [0, 1, 3, ANSWER]] * 5
+    unc = [[1.0 + 0.01 * (i % 7) for i in range(len(s))] for s in seqs]
+    return LatentStateModel.from_sequences(seqs, n_states, uncertainties=unc, **kw)
+
+
+def _traj(states, answers=None, unc=None) -> Trajectory:
+    return Trajectory.from_states(states, answers or {}, unc or ())
+
+
+@pytest.fixture(scope="module")
+def lm():
+    model = build_tiny_lm("llama", vocab_size=TASK.vocab_size, seed=0, hidden_size=32, intermediate_size=64)
+    return model.eval()
+
+
+def _fitted_on_task(lm, n_states=3, seed=0):
+    rng = random.Random(0)
+    probs = [TASK.sample(rng) for _ in range(12)]
+    prompts = [[BOS_ID, *TASK.prompt(p)] for p in probs]
+    cots = [[t for s in TASK.clean_steps(p, rng, 0.5) for t in s] for p in probs]
+    ref = LatentStateModel(n_states=n_states, seed=seed)
+    ref.fit(lm, prompts, cots, SEG, TASK.extract_answer)
+    return ref, probs, prompts, cots
+
+
+# ------------------------------------------------------------------ segmentation
+@given(st.lists(st.integers(0, 30), max_size=40), st.sets(st.integers(0, 30), min_size=1, max_size=4))
+def test_segmentation_round_trip(ids, delims):
+    spans = StepSegmenter(delims).split(ids)
+    assert [t for s, e in spans for t in ids[s:e]] == ids
+    for s, e in spans[:-1]:
+        assert ids[e - 1] in delims and not any(t in delims for t in ids[s : e - 1])
+
+
+def test_empty_trace_has_no_steps_and_nothing_fires():
+    assert SEG.split([]) == []
+    traj = Trajectory(())
+    res = detect_all(traj, _ref())
+    assert set(res) == set(Pathology) and not any(r.fired for r in res.values())
+
+
+def test_segmenter_and_trajectory_errors():
+    with pytest.raises(ValueError, match="delimiter_ids"):
+        StepSegmenter([])
+    with pytest.raises(ValueError, match="ids"):
+        SEG.split([1, -2])
+    with pytest.raises(TypeError, match="ids"):
+        SEG.split(torch.zeros(3))
+    with pytest.raises(ValueError, match="uncertainty"):
+        Trajectory((0, 1), (1.0,))
+    with pytest.raises(ValueError, match="ANSWER"):
+        Trajectory((0, ANSWER), answers=(None, None))
+    with pytest.raises(ValueError, match="states"):
+        Trajectory((0, -5))
+
+
+# ------------------------------------------------------------------ latent states
+def test_latent_states_deterministic_and_roundtrip(lm, tmp_path):
+    a, _, prompts, cots = _fitted_on_task(lm, seed=3)
+    b, *_ = _fitted_on_task(lm, seed=3)
+    assert torch.equal(a.centroids, b.centroids) and torch.equal(a.transition_matrix, b.transition_matrix)
+    ta = a.encode(lm, prompts[0], cots[0], SEG, TASK.extract_answer)
+    tb = b.encode(lm, prompts[0], cots[0], SEG, TASK.extract_answer)
+    assert ta == tb and ta.states[-1] == ANSWER and len(ta) == len(SEG.split(cots[0]))
+    assert torch.allclose(a.transition_matrix.sum(1), torch.ones(a.n_states + 2, dtype=torch.float64))
+    a.save(tmp_path / "ref.pt")
+    c = LatentStateModel.load(tmp_path / "ref.pt")
+    assert c.encode(lm, prompts[0], cots[0], SEG, TASK.extract_answer) == ta
+    assert c.thresholds == a.thresholds
+
+
+def test_too_many_states_is_a_clear_error(lm):
+    with pytest.raises(ValueError, match="n_states = 500 exceeds"):
+        _fitted_on_task(lm, n_states=500)
+    with pytest.raises(ValueError, match="n_states"):
+        LatentStateModel(n_states=0)
+    with pytest.raises(ValueError, match="not fitted"):
+        detect(_traj([0]), Pathology.LOOPING, LatentStateModel(n_states=2))
+
+
+def test_progress_decreases_along_the_reference_chain():
+    ref = _ref()
+    t = [ref.progress(s) for s in (0, 1, 2, 3, ANSWER)]
+    assert t == sorted(t, reverse=True) and t[-1] == 0.0
+    assert ref.distance[ref.index(3)] == 1 and ref.distance[ref.index(0)] >= 2
+
+
+# ------------------------------------------------------------------ detectors
+CLEAN = _traj([0, 1, 2, 3, ANSWER], {4: "7"})
+
+CANONICAL = {
+    Pathology.PREMATURE_COMMITMENT: (_traj([0, ANSWER, 1, 2, ANSWER], {1: "3", 4: "7"}), 1),
+    Pathology.UNSTABLE_BRANCHING: (_traj([3, 0, 3, 0, 1, 2, 3, ANSWER], {7: "7"}), 0),
+    Pathology.LOOPING: (_traj([0, 1, 2, 1, 2, 3, ANSWER], {6: "7"}), 3),
+    Pathology.DRIFT: (_traj([0, 1, 1, 1, 1, 2, 3, ANSWER], {7: "7"}, [1, 1, 5, 5, 5, 1, 1, 1]), 2),
+    Pathology.OVERRUN: (_traj([0, 1, 2, ANSWER, 1, 2, 3], {3: "7"}), 4),
+    Pathology.REVERSAL: (_traj([0, 1, 2, ANSWER, 3, ANSWER], {3: "7", 5: "9"}), 5),
+}
+
+
+@pytest.mark.parametrize("pathology", list(Pathology))
+def test_each_detector_fires_on_its_canonical_trajectory(pathology):
+    ref = _ref()
+    traj, onset = CANONICAL[pathology]
+    res = detect(traj, pathology, ref)
+    assert res.fired and res.onset == onset, res
+    assert not detect(CLEAN, pathology, ref).fired
+    assert detect(traj, pathology, ref).score > detect(CLEAN, pathology, ref).score
+
+
+def test_phases_and_reversal_abandonment():
+    ref = _ref()
+    ph = phases(CLEAN, ref)
+    assert ph[0] == Phase.EARLY and ph[-1] == Phase.TERMINATION and Phase.PROGRESSION in ph
+    res = detect(_traj([0, 1, 2]), Pathology.REVERSAL, ref)
+    assert res.fired and res.onset == 2 and res.score == 1.0
+    assert Pathology.OVERRUN.phase == Phase.TERMINATION and Pathology("drift") == Pathology.DRIFT
+
+
+def test_graph_aware_loop_check_uses_progress():
+    ref = _ref()
+    forward = _traj([0, 1, 0, 1, ANSWER], {4: "7"})  # the loop closes 1 -> 0: away from the answer
+    assert detect(forward, Pathology.LOOPING, ref, graph_aware=True).fired
+    progressing = _traj([1, 2, 3, 2, 3, ANSWER], {5: "7"})
+    no_graph = detect(progressing, Pathology.LOOPING, ref, graph_aware=False)
+    assert no_graph.fired
+    # 3 -> 2 moves away from ANSWER, so the graph-aware check also fires; a closing transition toward the
+    # answer would not count
+    closing_forward = _traj([3, 0, 1, 2, 3, 0, 1, ANSWER], {7: "7"})
+    assert detect(closing_forward, Pathology.LOOPING, ref, graph_aware=False).fired
+
+
+def test_detectors_read_states_not_surface():
+    """Emission invariance: a trajectory with the same states, answers and uncertainty but different
+    spans (a paraphrase that keeps the state) gives identical detector outputs."""
+    ref = _ref()
+    for traj, _ in CANONICAL.values():
+        other = Trajectory(
+            traj.states, traj.uncertainty, traj.answers, tuple((3 * i, 3 * i + 3) for i in range(len(traj)))
+        )
+        assert detect_all(traj, ref) == detect_all(other, ref)
+    # the paraphrase table is an involution that keeps the length and the numbers of a step
+    step = TASK.step(3, "+", 4, 7)
+    para = TASK.paraphrase(step)
+    assert para != step and len(para) == len(step) and TASK.paraphrase(para) == step
+
+
+def test_detect_errors_and_registry():
+    ref = _ref()
+    with pytest.raises(ValueError, match="pathology"):
+        detect(CLEAN, "nonsense", ref)
+    with pytest.raises(TypeError, match="traj"):
+        detect([0, 1], Pathology.LOOPING, ref)
+    with pytest.raises(ValueError, match="outside"):
+        detect(_traj([9]), Pathology.LOOPING, ref)
+    assert set(DETECTORS) == set(Pathology) and set(CONTROLLERS) == set(Pathology)
+
+
+def test_surface_ngram_baseline():
+    assert not ngram_repetition([1, 2, 3, 4, 5], 2).fired
+    res = ngram_repetition([1, 2, 3, 1, 2, 3], 3)
+    assert res.fired and res.onset == 3 and res.score == 1.0
+    with pytest.raises(ValueError, match="n"):
+        ngram_repetition([1, 2], 0)
+
+
+@given(
+    st.lists(st.floats(-5, 5), min_size=1, max_size=20), st.lists(st.floats(-5, 5), min_size=1, max_size=20)
+)
+def test_auroc_properties(pos, neg):
+    a = auroc(pos, neg)
+    assert 0.0 <= a <= 1.0 and math.isclose(a + auroc(neg, pos), 1.0)
+
+
+def test_auroc_and_flip_errors():
+    assert auroc([2.0, 3.0], [0.0, 1.0]) == 1.0 and math.isnan(auroc([], [1.0]))
+    with pytest.raises(ValueError, match="finite"):
+        auroc([math.nan], [1.0])
+    with pytest.raises(ValueError, match="pair"):
+        counterfactual_flip_rate(lambda t: detect(t, Pathology.LOOPING, _ref()), [CLEAN], [])
+    assert path_change_rate([CLEAN], [CLEAN]) == 0.0
+
+
+# ------------------------------------------------------------------ surgery
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 10_000), st.sampled_from(list(Pathology)))
+def test_inject_declared_onset_and_prefix_untouched(seed, pathology):
+    rng = random.Random(seed)
+    prob = TASK.sample(rng)
+    cot = [t for s in TASK.clean_steps(prob, rng, 0.5) for t in s]
+    spans = SEG.split(cot)
+    new, onset = inject(cot, spans, pathology, rng, TASK.templates(), TASK.extract_answer)
+    new_spans = SEG.split(new)
+    assert 0 <= onset < len(new_spans)
+    old_steps = [tuple(cot[s:e]) for s, e in spans]
+    new_steps = [tuple(new[s:e]) for s, e in new_spans]
+    assert new_steps[:onset] == old_steps[:onset]  # nothing changes before the onset
+    assert new != cot
+
+
+def test_inject_then_detect_recovers_answer_pathologies(lm):
+    ref, probs, prompts, cots = _fitted_on_task(lm, n_states=3)
+    rng = random.Random(1)
+    clean = [ref.encode(lm, p, c, SEG, TASK.extract_answer) for p, c in zip(prompts, cots)]
+    injected = {}
+    for p in (Pathology.PREMATURE_COMMITMENT, Pathology.OVERRUN, Pathology.REVERSAL):
+        items = []
+        for prompt, cot in zip(prompts, cots):
+            new, onset = inject(cot, SEG.split(cot), p, rng, TASK.templates(), TASK.extract_answer)
+            items.append((ref.encode(lm, prompt, new, SEG, TASK.extract_answer), onset))
+        injected[p] = items
+    ev = evaluate_detectors(clean, injected, ref)
+    for p in injected:
+        row = ev["per_pathology"][p.value]
+        assert row["auroc"] == 1.0 and row["fire_rate"] == 1.0 and row["onset_error"] == 0.0, (p, row)
+    assert ev["per_phase"]["termination"] == 1.0
+
+
+def test_inject_errors():
+    cot = TASK.encode("S 1 + 2 = 3 ;")
+    with pytest.raises(ValueError, match="answer"):
+        inject(
+            cot, SEG.split(cot), Pathology.LOOPING, random.Random(0), TASK.templates(), TASK.extract_answer
+        )
+    cot = TASK.encode("S 1 + 2 = 3 ; A 3 ;")
+    with pytest.raises(ValueError, match="position"):
+        inject(
+            cot,
+            SEG.split(cot),
+            "looping",
+            random.Random(0),
+            TASK.templates(),
+            TASK.extract_answer,
+            position=7,
+        )
+    with pytest.raises(ValueError, match="spans"):
+        inject(cot, [(0, 2)], "looping", random.Random(0), TASK.templates(), TASK.extract_answer)
+    with pytest.raises(TypeError, match="rng"):
+        inject(cot, SEG.split(cot), "looping", 0, TASK.templates(), TASK.extract_answer)
+
+
+# ------------------------------------------------------------------ controllers inside generate
+class _Script(LogitsProcessor):
+    """Pushes a fixed token script (by generated position) with a large bias; other tokens stay possible."""
+
+    def __init__(self, script, prompt_len, bias=50.0):
+        self.script, self.plen, self.bias = script, prompt_len, bias
+
+    def __call__(self, input_ids, scores):
+        pos = input_ids.shape[1] - self.plen
+        if pos < len(self.script):
+            scores = scores.clone()
+            scores[:, self.script[pos]] += self.bias
+        return scores
+
+
+def _one_state_ref(lm) -> LatentStateModel:
+    ref = LatentStateModel(n_states=1, seed=0, layer=1)
+    emb = [torch.randn(3, lm.config.hidden_size, generator=torch.Generator().manual_seed(0))]
+    ref.fit_embeddings(emb + [emb[0][:2]], [[1.0, 1.0, 1.0], [1.0, 1.0]], [[None, None, "4"], [None, "3"]])
+    return ref
+
+
+def _gen(lm, prompt, procs, max_new=40, stops=()):
+    x = torch.tensor([prompt])
+    with torch.no_grad():
+        out = lm.generate(
+            input_ids=x,
+            attention_mask=torch.ones_like(x),
+            max_new_tokens=max_new,
+            do_sample=False,
+            logits_processor=LogitsProcessorList(procs),
+            stopping_criteria=StoppingCriteriaList(list(stops)),
+            eos_token_id=TASK.eos,
+            pad_token_id=TASK.pad,
+        )
+    return out[0].tolist()
+
+
+def test_infinite_thresholds_leave_generate_unchanged(lm):
+    ref, _, prompts, _ = _fitted_on_task(lm)
+    x = torch.tensor([p[:8] for p in prompts[:4]])
+    kw = dict(
+        attention_mask=torch.ones_like(x),
+        max_new_tokens=30,
+        do_sample=False,
+        eos_token_id=TASK.eos,
+        pad_token_id=TASK.pad,
+    )
+    with torch.no_grad():
+        plain = lm.generate(input_ids=x, **kw)
+        with PathologyController(
+            lm,
+            ref,
+            SEG,
+            TASK.extract_answer,
+            TASK.eos,
+            thresholds={p: math.inf for p in Pathology},
+            answer_marker_ids=[TASK.answer_marker],
+        ) as ctrl:
+            assert not ctrl.active
+            monitored = lm.generate(input_ids=x, logits_processor=LogitsProcessorList([ctrl]), **kw)
+    assert torch.equal(plain, monitored)
+    assert len(ctrl.trajectories()) == 4  # it still monitors
+
+
+def test_c5_stops_right_after_the_verified_answer(lm):
+    ref = _one_state_ref(lm)
+    prompt = [BOS_ID, *TASK.encode("Q 1 + 2 + 1 - 1 ? ;")]
+    script = TASK.encode("S 1 + 2 = 3 ; S 3 + 1 = 4 ; A 4 ; S 4 - 1 = 3 ; A 3 ;")
+    plain = _gen(lm, prompt, [_Script(script, len(prompt))])
+    assert TASK.final_answer(plain[len(prompt) :]) == "3"
+    with PathologyController(
+        lm,
+        ref,
+        SEG,
+        TASK.extract_answer,
+        TASK.eos,
+        thresholds={Pathology.OVERRUN: CONTROLLERS[Pathology.OVERRUN]},
+    ) as ctrl:
+        out = _gen(lm, prompt, [_Script(script, len(prompt)), ctrl])
+    assert out[: len(prompt)] == prompt  # never deletes prompt tokens
+    cot = out[len(prompt) :]
+    assert TASK.decode(cot) == "S 1 + 2 = 3 ; S 3 + 1 = 4 ; A 4 ; <eos>"
+    assert ctrl.intervention_counts()[0] == {"overrun": 1}
+
+
+def test_c3_prevents_an_exact_repeat_of_the_looped_step(lm):
+    ref = _one_state_ref(lm)
+    prompt = [BOS_ID, *TASK.encode("Q 1 + 2 ? ;")]
+    script = TASK.encode(" ".join(["S 1 + 2 = 3 ;"] * 6))
+    plain = _gen(lm, prompt, [_Script(script, len(prompt))], max_new=42)
+    plain_steps = [tuple(plain[len(prompt) :][s:e]) for s, e in SEG.split(plain[len(prompt) :])]
+    assert plain_steps.count(tuple(TASK.encode("S 1 + 2 = 3 ;"))) == 6
+    with PathologyController(
+        lm, ref, SEG, TASK.extract_answer, TASK.eos, thresholds={Pathology.LOOPING: None}
+    ) as ctrl:
+        out = _gen(lm, prompt, [_Script(script, len(prompt)), ctrl], max_new=42)
+    assert out[: len(prompt)] == prompt
+    cot = out[len(prompt) :]
+    steps = [tuple(cot[s:e]) for s, e in SEG.split(cot)]
+    looped = tuple(TASK.encode("S 1 + 2 = 3 ;"))
+    onset = next(i for i, s in enumerate(ctrl.logs()[0]) if s["pathology"] == "looping")
+    first_fire = ctrl.logs()[0][onset]["step"]
+    assert steps[:first_fire] == [looped] * first_fire
+    assert looped not in steps[first_fire:]
+
+
+def test_c1_bans_the_answer_marker_before_two_derivations(lm):
+    ref = _one_state_ref(lm)
+    prompt = [BOS_ID, *TASK.encode("Q 1 + 2 ? ;")]
+    script = TASK.encode("A 3 ; S 1 + 2 = 3 ; A 3 ;")
+    with PathologyController(
+        lm,
+        ref,
+        SEG,
+        TASK.extract_answer,
+        TASK.eos,
+        thresholds={Pathology.PREMATURE_COMMITMENT: 1.0},
+        answer_marker_ids=[TASK.answer_marker],
+    ) as ctrl:
+        out = _gen(lm, prompt, [_Script(script, len(prompt)), ctrl], max_new=12)
+    assert out[len(prompt)] != TASK.answer_marker
+    assert ctrl.intervention_counts()[0].get("premature_commitment", 0) >= 1
+
+
+def test_random_timing_is_reproducible(lm):
+    ref, _, prompts, _ = _fitted_on_task(lm)
+    sched_a = random_schedule([{"overrun": 1, "looping": 1}] * 2, 4, torch.Generator().manual_seed(5))
+    sched_b = random_schedule([{"overrun": 1, "looping": 1}] * 2, 4, torch.Generator().manual_seed(5))
+    assert sched_a == sched_b
+    x = torch.tensor([p[:8] for p in prompts[:2]])
+    outs = []
+    for _ in range(2):
+        with (
+            PathologyController(
+                lm, ref, SEG, TASK.extract_answer, TASK.eos, timing="random", schedule=sched_a
+            ) as ctrl,
+            torch.no_grad(),
+        ):
+            torch.manual_seed(0)
+            outs.append(
+                lm.generate(
+                    input_ids=x,
+                    attention_mask=torch.ones_like(x),
+                    max_new_tokens=25,
+                    do_sample=True,
+                    top_k=0,
+                    logits_processor=LogitsProcessorList([ctrl]),
+                    eos_token_id=TASK.eos,
+                    pad_token_id=TASK.pad,
+                )
+            )
+    assert torch.equal(outs[0], outs[1])
+    with pytest.raises(TypeError, match="generator"):
+        random_schedule([{}], 3, 0)
+
+
+def test_verify_cue_and_answer_regex_stop(lm):
+    prompt = [BOS_ID, *TASK.encode("Q 1 + 2 ? ;")]
+    script = TASK.encode("S 1 + 2 = 3 ; S 3 + 0 = 3 ; S 3 + 0 = 3 ; A 3 ;")
+    out = _gen(
+        lm,
+        prompt,
+        [_Script(script, len(prompt)), VerifyCue([TASK.check_marker], 2, [TASK.delimiter], TASK.eos)],
+        max_new=20,
+    )
+    cot = out[len(prompt) :]
+    steps = [cot[s:e] for s, e in SEG.split(cot)]
+    assert steps[2][0] == TASK.check_marker and steps[0][0] != TASK.check_marker
+    stop = AnswerRegexStop(TASK.decode, r"A \d+ ;", len(prompt))
+    script = TASK.encode("S 1 + 2 = 3 ; A 3 ; S 3 + 0 = 3 ;")
+    out = _gen(lm, prompt, [_Script(script, len(prompt))], stops=[stop])
+    assert TASK.decode(out[len(prompt) :]) == "S 1 + 2 = 3 ; A 3 ;"
+
+
+def test_controller_errors(lm):
+    with pytest.raises(ValueError, match="state_model"):
+        PathologyController(lm, LatentStateModel(n_states=2), SEG, TASK.extract_answer, TASK.eos)
+    ref = _one_state_ref(lm)
+    with pytest.raises(ValueError, match="timing"):
+        PathologyController(lm, ref, SEG, TASK.extract_answer, TASK.eos, timing="sometimes")
+    with pytest.raises(ValueError, match="schedule"):
+        PathologyController(lm, ref, SEG, TASK.extract_answer, TASK.eos, timing="random")
+    with pytest.raises(ValueError, match="pathology"):
+        PathologyController(lm, ref, SEG, TASK.extract_answer, TASK.eos, thresholds={"typo": 1.0})
+    with pytest.raises(ValueError, match="temperature_factor"):
+        PathologyController(lm, ref, SEG, TASK.extract_answer, TASK.eos, temperature_factor=0.0)
+    with pytest.raises(ValueError, match="every"):
+        VerifyCue([5], 0, [TASK.delimiter], TASK.eos)
+    with pytest.raises(ValueError, match="pattern"):
+        AnswerRegexStop(TASK.decode, "", 3)
