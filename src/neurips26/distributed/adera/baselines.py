@@ -35,9 +35,6 @@ from neurips26.distributed.adera.codec import (
 from neurips26.distributed.adera.cost import GatherStats
 
 
-# --------------------------------------------------------------------------------------------
-# baselines
-# --------------------------------------------------------------------------------------------
 def raw_all_gather(
     output_tensor: torch.Tensor,
     input_tensor: torch.Tensor,

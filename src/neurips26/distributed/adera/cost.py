@@ -35,9 +35,6 @@ from neurips26.distributed.adera.codec import (
 )
 
 
-# --------------------------------------------------------------------------------------------
-# stats, cost model, state
-# --------------------------------------------------------------------------------------------
 @dataclass
 class GatherStats:
     """Byte and time counters of one gathered parameter (per rank).

@@ -34,9 +34,6 @@ from neurips26.distributed.adera.baselines import (
 from neurips26.distributed.adera.codec import _DTYPES, AdERAConfig, _flat
 from neurips26.distributed.adera.cost import AdERAState, CostModel, GatherStats
 
-# --------------------------------------------------------------------------------------------
-# ZeRO-3-style sharded wrapper
-# --------------------------------------------------------------------------------------------
 GATHER_FNS = {
     "raw": raw_all_gather,
     "adera": adera_all_gather,

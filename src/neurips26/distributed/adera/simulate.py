@@ -24,9 +24,6 @@ from neurips26.common.checks import check_choice, check_float, check_int
 from neurips26.distributed.adera.cost import expected_wire_bytes_per_element
 
 
-# --------------------------------------------------------------------------------------------
-# trace-driven simulator
-# --------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class LayerSpec:
     """One layer of the simulated model: ``numel`` gathered parameters, ``compute_s`` seconds of

@@ -25,7 +25,6 @@ from neurips26.common.checks import check_float, check_int
 from neurips26.graph.invgnn_wm.training import _graph_batches, _is_graph_data, fit
 
 
-# ============================================================================================ attacks
 def _weight_tensors(model: nn.Module) -> list[tuple[nn.Module, str]]:
     out = []
     for module in model.modules():

@@ -29,7 +29,6 @@ from neurips26.graph.invgnn_wm.training import _is_graph_data, fit
 from neurips26.graph.invgnn_wm.verify import Verification, _verification
 
 
-# ============================================================================================ baseline
 class BackdoorWatermark:
     """Backdoor-trigger GNN watermark (baseline, Xu et al. 2021, arXiv 2110.11024 style).
 

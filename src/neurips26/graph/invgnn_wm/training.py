@@ -29,7 +29,6 @@ from neurips26.common.checks import check_choice, check_float, check_int
 from neurips26.graph.invgnn_wm.watermark import TASKS
 
 
-# ============================================================================================ models
 class _NodeGNN(nn.Module):
     def __init__(self, conv: str, in_dim: int, hidden: int, out_dim: int, num_layers: int, dropout: float):
         super().__init__()

@@ -25,7 +25,6 @@ from torch import Tensor
 from neurips26.common.checks import check_float, check_int
 
 
-# ============================================================================================ thresholds
 def binomial_tail(num_bits: int, matches: int, p: float = 0.5) -> float:
     """``P[Binomial(num_bits, p) >= matches]`` (the verification p-value)."""
     from scipy.stats import binom

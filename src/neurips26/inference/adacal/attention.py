@@ -22,9 +22,6 @@ from neurips26.common.checks import check_choice, check_float, check_int, check_
 from neurips26.inference.adacal.probe import _causal_blocks, _check_qk, _expand_kv, _n_blocks
 
 
-# --------------------------------------------------------------------------------------------
-# sparse attention
-# --------------------------------------------------------------------------------------------
 def sparse_prefill_attention(
     q: torch.Tensor,
     k: torch.Tensor,

@@ -29,9 +29,6 @@ from neurips26.inference.adacal.dispatch import task
 from neurips26.inference.adacal.integration import last_stats, register_adacal_attention
 
 
-# --------------------------------------------------------------------------------------------
-# policy calibration (grid search)
-# --------------------------------------------------------------------------------------------
 def _check_grid(name: str, grid: Any, low: float, low_open: bool) -> tuple[float, ...]:
     if isinstance(grid, (str, bytes)) or not isinstance(grid, Sequence) and not isinstance(grid, np.ndarray):
         raise TypeError(f"{name} must be a sequence of floats, got {type(grid).__name__}")

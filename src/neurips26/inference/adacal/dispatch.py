@@ -27,9 +27,6 @@ import torch
 from neurips26.common.checks import check_choice, check_float, check_int
 from neurips26.inference.adacal.config import TASKS
 
-# --------------------------------------------------------------------------------------------
-# task tag context
-# --------------------------------------------------------------------------------------------
 _TASK: contextvars.ContextVar[str | None] = contextvars.ContextVar("adacal_task", default=None)
 _INPUT_IDS: contextvars.ContextVar[Any] = contextvars.ContextVar("adacal_input_ids", default=None)
 

@@ -33,9 +33,6 @@ from neurips26.inference.adacal.masks import a_shape_mask, block_density, flexpr
 from neurips26.inference.adacal.plan import plan_blocks
 from neurips26.inference.adacal.probe import _causal_blocks, _n_blocks, probe_metrics
 
-# --------------------------------------------------------------------------------------------
-# transformers integration
-# --------------------------------------------------------------------------------------------
 _STATS: dict[str, Any] = {"layers": []}
 
 

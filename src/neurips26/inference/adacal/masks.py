@@ -33,9 +33,6 @@ from neurips26.inference.adacal.probe import (
 )
 
 
-# --------------------------------------------------------------------------------------------
-# block masks: A-shape, estimated scores, FlexPrefill-like
-# --------------------------------------------------------------------------------------------
 def a_shape_mask(n: int, block_size: int, sink_blocks: int = 1, local_blocks: int = 2) -> torch.Tensor:
     """Static sink + local-window block mask ("A-shape", StreamingLLM-style).
 

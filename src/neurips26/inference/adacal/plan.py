@@ -31,9 +31,6 @@ from neurips26.inference.adacal.probe import (
 )
 
 
-# --------------------------------------------------------------------------------------------
-# AdaCal planning
-# --------------------------------------------------------------------------------------------
 @dataclass
 class BlockPlan:
     """Output of :func:`plan_blocks`.

@@ -22,9 +22,6 @@ import torch.nn.functional as F
 from neurips26.common.checks import check_float, check_int, check_tensor
 
 
-# --------------------------------------------------------------------------------------------
-# helpers
-# --------------------------------------------------------------------------------------------
 def _check_qk(q: torch.Tensor, k: torch.Tensor) -> tuple[int, int, int, int]:
     check_tensor("q", q)
     check_tensor("k", k)

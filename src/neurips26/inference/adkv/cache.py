@@ -47,7 +47,6 @@ from neurips26.inference.quant import (
 )
 
 
-# -------------------------------------------------------------------------------------------- cache
 class ADKVLayer(BaseQuantizedLayer):
     """One decoder layer's ADKV cache (a ``transformers.cache_utils`` quantised layer).
 

@@ -31,7 +31,6 @@ from neurips26.common.checks import check_float, check_int
 from neurips26.inference.adkv.outliers import select_outlier_channels
 from neurips26.inference.adkv.quantizer import _META, ADKVConfig, ADKVQuantizer, ADKVState
 
-# -------------------------------------------------------------------------------------- calibration
 _RECORDER: dict[str, Any] = {"store": None}
 
 

@@ -19,7 +19,6 @@ import torch
 from neurips26.common.checks import check_int
 
 
-# ----------------------------------------------------------------------------------------- outliers
 def index_bits(head_dim: int) -> int:
     """Bits of one stored outlier channel index: ``ceil(log2(head_dim))`` (at least 1)."""
     return max(1, math.ceil(math.log2(check_int("head_dim", head_dim, low=1))))
