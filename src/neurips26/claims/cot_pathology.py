@@ -391,7 +391,11 @@ def _run_inner(cfg: dict, seed: int) -> SeedResult:
     )
     cots["g4_verify_cue"], _ = run_arm(
         lambda rows, plen: (
-            [VerifyCue([task.check_marker], cfg["cue_every"], [task.delimiter], task.eos)],
+            [
+                VerifyCue(
+                    [task.check_marker], cfg["cue_every"], [task.delimiter], task.eos, [task.answer_marker]
+                )
+            ],
             [],
             None,
         )
@@ -758,6 +762,7 @@ CONFIGS = {
         "n_eval": 12,
         "n_states": 4,
         "perf_problems": 4,
+        "max_new_tokens": 24,
         "smollm_problems": 0,
         "clean_source": "task",
     },
@@ -765,7 +770,8 @@ CONFIGS = {
         **_COMMON,
         "hidden": 64,
         "layers": 2,
-        "train_steps": 300,
+        "train_steps": 240,
+        "batch": 48,
         "n_ref": 100,
         "n_eval": 100,
         "n_states": 8,

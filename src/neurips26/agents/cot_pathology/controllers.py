@@ -488,15 +488,26 @@ class VerifyCue(LogitsProcessor):
         Steps between cues (counted in generated delimiters).
     delimiter_ids : iterable of int
     eos_token_id : int
+    stop_after_ids : iterable of int
+        Once one of these tokens (e.g. the answer marker) was generated, no further cue is forced, so
+        that the cue cannot keep a finished chain of thought from ending.
     """
 
-    def __init__(self, cue_ids: Sequence[int], every: int, delimiter_ids: Iterable[int], eos_token_id: int):
+    def __init__(
+        self,
+        cue_ids: Sequence[int],
+        every: int,
+        delimiter_ids: Iterable[int],
+        eos_token_id: int,
+        stop_after_ids: Iterable[int] = (),
+    ):
         self.cue = as_id_list("cue_ids", cue_ids)
         if not self.cue:
             raise ValueError("cue_ids must hold at least one token")
         self.every = check_int("every", every, low=1)
         self.delims = frozenset(as_id_list("delimiter_ids", list(delimiter_ids)))
         self.eos = check_int("eos_token_id", eos_token_id, low=0)
+        self.stop_after = frozenset(as_id_list("stop_after_ids", list(stop_after_ids)))
         self._last_len: int | None = None
         self.count: list[int] = []
 
@@ -510,7 +521,7 @@ class VerifyCue(LogitsProcessor):
         for i in range(b):
             if t > self._start:
                 tok = int(input_ids[i, -1])
-                if tok == self.eos:
+                if tok == self.eos or tok in self.stop_after:
                     self._done[i] = True
                 if self._pos[i] is not None:
                     self._pos[i] = self._pos[i] + 1 if self._pos[i] + 1 < len(self.cue) else None

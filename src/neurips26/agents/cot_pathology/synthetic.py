@@ -219,7 +219,13 @@ class SyntheticArithmetic:
         w = [self.itos[int(t)] for t in step_ids]
         if len(w) == 7 and w[0] in ("S", "C") and w[2] in ("+", "-") and w[4] == "=" and w[6] == ";":
             return self.encode(f"{w[0]} {w[1]} {'plus' if w[2] == '+' else 'minus'} {w[3]} gives {w[5]} ;")
-        if len(w) == 7 and w[0] in ("S", "C") and w[2] in ("plus", "minus") and w[4] == "gives" and w[6] == ";":
+        if (
+            len(w) == 7
+            and w[0] in ("S", "C")
+            and w[2] in ("plus", "minus")
+            and w[4] == "gives"
+            and w[6] == ";"
+        ):
             return self.encode(f"{w[0]} {w[1]} {'+' if w[2] == 'plus' else '-'} {w[3]} = {w[5]} ;")
         return [int(t) for t in step_ids]
 
