@@ -1104,6 +1104,20 @@ def _specs_more() -> dict[str, Spec]:
     return s
 
 
+def _specs_new() -> dict[str, Spec]:
+    """Components of the methods added for issues 17, 19 and 20."""
+    s: dict[str, Spec] = {}
+
+    # ------------------------------------------------------------------ robotics
+    def recpo_view(obs):
+        from neurips26.robotics import recpo
+
+        return recpo.ObjectStateView().encode(obs)
+
+    s["recpo.ProcedureView"] = Spec(recpo_view, tensors=lambda: {"obs": torch.zeros(30, dtype=torch.float64)})
+    return s
+
+
 def _aggregator_specs() -> dict[str, Spec]:
     """Robust aggregation rules of :mod:`neurips26.federated.robust` (used by the FedAvg-family strategies;
     not registry components, fuzzed as shared substrate): non-finite client updates must raise."""
@@ -1140,7 +1154,7 @@ def _aggregator_specs() -> dict[str, Spec]:
 
 
 EXTRA: dict[str, Spec] = _aggregator_specs()
-SPECS: dict[str, Spec] = {**_specs(), **_specs_more(), **EXTRA}
+SPECS: dict[str, Spec] = {**_specs(), **_specs_more(), **_specs_new(), **EXTRA}
 
 # Cases that fail today in a component (fixes pending); each is an xfail(strict=True): the test turns
 # red as soon as the fix lands, so the entry must then go. None are pending now.

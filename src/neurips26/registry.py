@@ -583,8 +583,8 @@ METHODS: tuple[MethodInfo, ...] = (
         "General-purpose behavior models increasingly internalize broad",
         "robotics",
         ("ProcedureView",),
-        ("behaviour cloning",),
-        "task success on recomposed procedures",
+        ("whole-composition retrieval", "full-state skill retrieval"),
+        "ordered subtask completion on held-out tasks",
         (),
     ),
 )
