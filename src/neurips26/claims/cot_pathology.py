@@ -528,19 +528,18 @@ def _run_inner(cfg: dict, seed: int) -> SeedResult:
 
 
 # ----------------------------------------------------------------------------------- SmolLM2
-_SMOL_SYSTEM = (
-    "Solve the arithmetic problem step by step, one operation per line, then write the final line as "
-    "'Answer: <number>'.\nExample:\nQuestion: 12 + 5 - 3 =\n12 + 5 = 17\n17 - 3 = 14\nAnswer: 14"
+_SMOL_FEWSHOT = (
+    "Question: 2 + 5 - 1 =\n2 + 5 = 7\n7 - 1 = 6\nAnswer: 6\n\n"
+    "Question: 8 - 3 + 4 =\n8 - 3 = 5\n5 + 4 = 9\nAnswer: 9\n\n"
+    "Question: {q}\n"
 )
 _ANSWER_RE = re.compile(r"answer\s*(?:is|:)?\s*:?\s*\$?(-?\d+)", re.IGNORECASE)
 
 
-def _smollm_generate(cfg: dict, seed: int) -> dict:
-    from neurips26.common.models import load_pretrained
+def _smollm_task(cfg: dict, seed: int):
     from neurips26.common.tasks import ReasoningGymTask
 
-    model, tok = load_pretrained("smollm2-135m")
-    task = ReasoningGymTask(
+    return ReasoningGymTask(
         "chain_sum",
         n_train=0,
         n_test=cfg["smollm_problems"],
@@ -550,23 +549,21 @@ def _smollm_generate(cfg: dict, seed: int) -> dict:
         min_digits=1,
         max_digits=1,
     )
+
+
+def _smollm_generate(cfg: dict, seed: int) -> dict:
+    """SmolLM2's own chains of thought (few-shot, T = 0.7), cut at the first blank line (stop sequence)."""
+    from neurips26.common.models import load_pretrained
+
+    model, tok = load_pretrained("smollm2-135m")
+    task = _smollm_task(cfg, seed)
     tok.padding_side = "left"
-    prompts, cots = [], []
+    prompts, cots, cut = [], [], 0
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         for s in range(0, len(task.test), 8):
             chunk = task.test[s : s + 8]
-            texts = [
-                tok.apply_chat_template(
-                    [
-                        {"role": "system", "content": _SMOL_SYSTEM},
-                        {"role": "user", "content": "Question: " + p.prompt.split(": ", 1)[-1]},
-                    ],
-                    tokenize=False,
-                    add_generation_prompt=True,
-                )
-                for p in chunk
-            ]
+            texts = [_SMOL_FEWSHOT.format(q=p.prompt.split(": ", 1)[-1]) for p in chunk]
             enc = tok(texts, return_tensors="pt", padding=True)
             with torch.no_grad():
                 out = model.generate(
@@ -580,40 +577,27 @@ def _smollm_generate(cfg: dict, seed: int) -> dict:
                 )
             width = enc.input_ids.shape[1]
             for r in range(len(chunk)):
-                prompt = enc.input_ids[r][enc.attention_mask[r].bool()].tolist()
+                prompts.append(enc.input_ids[r][enc.attention_mask[r].bool()].tolist())
                 cot = []
                 for t in out[r, width:].tolist():
                     if t in (tok.eos_token_id, tok.pad_token_id):
                         break
+                    if "\n\n" in tok.decode([*cot, t]):
+                        cut += 1
+                        break
                     cot.append(t)
-                prompts.append(prompt)
                 cots.append(cot)
-    return {
-        "prompts": prompts,
-        "cots": cots,
-        "questions": [p.prompt for p in task.test],
-        "answers": [p.answer for p in task.test],
-    }
+    return {"prompts": prompts, "cots": cots, "cut_at_blank_line": cut}
 
 
 def _smollm(cfg: dict, seed: int) -> tuple[dict, dict]:
     from neurips26.common.models import load_pretrained
-    from neurips26.common.tasks import ReasoningGymTask
 
     t0 = time.perf_counter()
-    key = {"n": cfg["smollm_problems"], "max_new": cfg["smollm_max_new"], "seed": seed, "T": 0.7, "v": 1}
+    key = {"n": cfg["smollm_problems"], "max_new": cfg["smollm_max_new"], "seed": seed, "T": 0.7, "v": 2}
     data = cached_object("cot-pathology-smollm", key, lambda: _smollm_generate(cfg, seed))
     model, tok = load_pretrained("smollm2-135m")
-    task = ReasoningGymTask(
-        "chain_sum",
-        n_train=0,
-        n_test=cfg["smollm_problems"],
-        seed=seed,
-        min_terms=2,
-        max_terms=3,
-        min_digits=1,
-        max_digits=1,
-    )
+    task = _smollm_task(cfg, seed)
     delims = [i for t, i in tok.get_vocab().items() if "\u010a" in t]
     seg = StepSegmenter(delims)
 
@@ -626,27 +610,34 @@ def _smollm(cfg: dict, seed: int) -> tuple[dict, dict]:
         content = [t for t in step if t not in seg.delimiter_ids]
         return bool(content) and sum(t in ps for t in content) / len(content) >= 0.8
 
-    def final(cot) -> str | None:
-        found = _ANSWER_RE.findall(tok.decode(cot))
-        return found[-1] if found else None
-
-    rewards = [task.reward(p, final(c) or "") for p, c in zip(task.test, data["cots"])]
+    steps = [[c[a:b] for a, b in seg.split(c)] for c in data["cots"]]
+    answers = [[extract(st) for st in ss] for ss in steps]
+    first = [next((a for a in ans if a is not None), None) for ans in answers]
+    rewards = [task.reward(p, f or "") for p, f in zip(task.test, first)]
+    # well-formed traces take the surgery: derivation before one final answer step, no repeated step
     clean = [
         i
-        for i, c in enumerate(data["cots"])
-        if rewards[i] == 1.0 and seg.split(c) and extract(c[slice(*seg.split(c)[-1])]) is not None
+        for i, (ss, ans) in enumerate(zip(steps, answers))
+        if ans
+        and ans[-1] is not None
+        and sum(a is not None for a in ans) == 1
+        and len(ss) >= 2
+        and len({tuple(x) for x in ss}) == len(ss)
     ]
     info: dict[str, Any] = {
         "n_problems": len(rewards),
         "answer_rate": float(np.mean(rewards)),
-        "n_clean": len(clean),
-        "examples": [tok.decode(c) for c in data["cots"][:3]],
+        "n_well_formed": len(clean),
+        "cut_at_blank_line": data["cut_at_blank_line"],
+        "examples": [tok.decode(c) for c in data["cots"][:4]],
     }
     metrics = {"smollm_answer_rate": {"smollm2": float(np.mean(rewards))}}
-    n_rows = sum(len(seg.split(data["cots"][i])) for i in clean)
+    n_rows = sum(1 for i in clean for a in answers[i] if a is None)  # non-answer steps: what k-means fits
     k = min(cfg["smollm_states"], max(1, n_rows // 3))
-    if len(clean) < 4 or n_rows < 2 * k:
-        info["skipped"] = f"only {len(clean)} clean traces with {n_rows} steps: too few to fit latent states"
+    if len(clean) < 4 or n_rows < 2:
+        info["skipped"] = (
+            f"only {len(clean)} well-formed traces with {n_rows} derivation steps: too few to fit states"
+        )
         return metrics, info
     ref = LatentStateModel(n_states=k, seed=seed)
     ref.fit(
@@ -663,10 +654,7 @@ def _smollm(cfg: dict, seed: int) -> tuple[dict, dict]:
         wrong_value=lambda v, r: str(int(v) + r.choice([-3, -2, -1, 1, 2, 3])),
         branch_step=lambda r: line(
             r.choice(
-                [
-                    "Alternatively, maybe we should multiply first.",
-                    "Or perhaps we could start from the last number instead.",
-                ]
+                ["Alternatively, maybe we should multiply first.", "Or perhaps start from the last number."]
             )
         ),
         offtask_step=lambda r: line(
@@ -686,25 +674,17 @@ def _smollm(cfg: dict, seed: int) -> tuple[dict, dict]:
             cot, prompt = data["cots"][i], data["prompts"][i]
             clean_t.append(ref.encode(model, prompt, cot, seg, extract))
             for p in Pathology:
-                try:
-                    new, onset = inject(cot, seg.split(cot), p, rng, templates, extract)
-                except ValueError:
-                    continue  # e.g. no step before the answer: this surgery does not apply
+                new, onset = inject(cot, seg.split(cot), p, rng, templates, extract)
                 injected[p].append((ref.encode(model, prompt, new, seg, extract), onset))
-        all_t = [ref.encode(model, data["prompts"][i], c, seg, extract) for i, c in enumerate(data["cots"])]
-    injected = {p: v for p, v in injected.items() if v}
+        all_t = [
+            ref.encode(model, data["prompts"][i], c, seg, extract) for i, c in enumerate(data["cots"]) if c
+        ]
     ev = evaluate_detectors(clean_t, injected, ref, True)
     for phase, names in PHASES.items():
-        vals = [ev["per_pathology"][n]["auroc"] for n in names if n in ev["per_pathology"]]
-        metrics[f"smollm_auroc_{phase}"] = {"smollm2": float(np.mean(vals)) if vals else float("nan")}
+        vals = [ev["per_pathology"][n]["auroc"] for n in names]
+        metrics[f"smollm_auroc_{phase}"] = {"smollm2": float(np.mean(vals))}
     natural = {p.value: float(np.mean([detect(t, p, ref).fired for t in all_t])) for p in Pathology}
-    info.update(
-        detection=ev,
-        natural_fire_rate=natural,
-        n_states=k,
-        n_injected={p.value: len(v) for p, v in injected.items()},
-        seconds=time.perf_counter() - t0,
-    )
+    info.update(detection=ev, natural_fire_rate=natural, n_states=k, seconds=time.perf_counter() - t0)
     return metrics, info
 
 
@@ -747,7 +727,7 @@ _COMMON = {
     "max_interventions": 2,
     "perf_problems": 64,
     "threads": 1,
-    "smollm_max_new": 96,
+    "smollm_max_new": 64,
     "smollm_states": 8,
     "clean_source": "model",
 }
@@ -770,8 +750,7 @@ CONFIGS = {
         **_COMMON,
         "hidden": 64,
         "layers": 2,
-        "train_steps": 240,
-        "batch": 48,
+        "train_steps": 300,
         "n_ref": 100,
         "n_eval": 100,
         "n_states": 8,

@@ -255,7 +255,7 @@ DETECTORS: dict[Any, Callable[..., DetectorResult]] = {
 }
 
 
-def _check_inputs(traj: Any, ref: Any, config: Any) -> DetectorConfig:
+def _check_inputs(traj: Any, ref: Any, config: Any, verifier: Any = None) -> DetectorConfig:
     if not isinstance(traj, Trajectory):
         raise TypeError(f"traj must be a Trajectory, got {type(traj).__name__}")
     if not isinstance(ref, LatentStateModel):
@@ -265,6 +265,8 @@ def _check_inputs(traj: Any, ref: Any, config: Any) -> DetectorConfig:
     for i, s in enumerate(traj.states):
         if s != ANSWER and s >= ref.n_states:
             raise ValueError(f"traj.states[{i}] = {s} is outside the reference's {ref.n_states} states")
+    if verifier is not None and not callable(verifier):
+        raise TypeError(f"verifier must be callable (answer -> bool) or None, got {type(verifier).__name__}")
     if config is None:
         return DetectorConfig()
     if not isinstance(config, DetectorConfig):
@@ -294,7 +296,7 @@ def detect(
     verifier : callable, optional
         ``verifier(answer) -> bool``: an external answer check (P5 verified, P6 supported).
     """
-    cfg = _check_inputs(traj, ref, config)
+    cfg = _check_inputs(traj, ref, config, verifier)
     key = pathology
     if key not in DETECTORS:
         key = Pathology.parse(pathology)
@@ -309,7 +311,7 @@ def detect_all(
     verifier: Verifier | None = None,
 ) -> dict[Any, DetectorResult]:
     """Every registered detector on ``traj``: ``{pathology: DetectorResult}``."""
-    cfg = _check_inputs(traj, ref, config)
+    cfg = _check_inputs(traj, ref, config, verifier)
     return {
         k: fn(traj, ref, cfg, graph_aware=bool(graph_aware), verifier=verifier) for k, fn in DETECTORS.items()
     }

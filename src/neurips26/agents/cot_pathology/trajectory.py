@@ -147,6 +147,23 @@ class StepSegmenter:
         return spans
 
 
+def _from_tensor(name: str, value: Any, integer: bool) -> Any:
+    """A 1-D tensor becomes a tuple of Python numbers; other sequences pass through."""
+    if not isinstance(value, torch.Tensor):
+        if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+            raise TypeError(f"{name} must be a sequence or a 1-D tensor, got {type(value).__name__}")
+        return value
+    if value.device.type == "meta":
+        raise ValueError(f"{name} must hold real values, got a meta-device tensor")
+    if value.dim() != 1:
+        raise ValueError(f"{name} must be 1-D (one entry per step), got shape {tuple(value.shape)}")
+    if integer and (value.is_floating_point() or value.is_complex() or value.dtype == torch.bool):
+        raise TypeError(f"{name} must hold integer states, got dtype {value.dtype}")
+    if not integer and not value.is_floating_point():
+        raise TypeError(f"{name} must be a floating-point tensor, got dtype {value.dtype}")
+    return tuple(value.tolist())
+
+
 @dataclass(frozen=True)
 class Trajectory:
     """A chain of thought as a sequence of latent states.
@@ -169,6 +186,8 @@ class Trajectory:
     spans: tuple[tuple[int, int], ...] = ()
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "states", _from_tensor("states", self.states, integer=True))
+        object.__setattr__(self, "uncertainty", _from_tensor("uncertainty", self.uncertainty, integer=False))
         states = []
         for i, s in enumerate(self.states):
             if isinstance(s, bool) or not isinstance(s, (int, np.integer)):
@@ -178,7 +197,10 @@ class Trajectory:
             states.append(int(s))
         object.__setattr__(self, "states", tuple(states))
         n = len(self.states)
-        unc = tuple(float(u) for u in self.uncertainty) if self.uncertainty else (0.0,) * n
+        try:
+            unc = tuple(float(u) for u in self.uncertainty) if len(self.uncertainty) else (0.0,) * n
+        except (TypeError, ValueError):
+            raise TypeError("uncertainty must be a sequence of real numbers, one per step") from None
         if len(unc) != n:
             raise ValueError(f"uncertainty must have one value per step ({n}), got {len(unc)}")
         if not all(math.isfinite(u) for u in unc):
