@@ -1,26 +1,31 @@
-"""AVSD: adaptive-view self-distillation from several privileged-information teachers.
+r"""AVSD: adaptive-view self-distillation from several privileged-information teachers.
 
-Paper: "Adaptive-View Self-Distillation" (AVSD), arXiv 2605.20643; seed file
+Paper
+-----
+"Adaptive-View Self-Distillation" (AVSD), arXiv 2605.20643; seed file
 ``004_01f475bc147a144d.txt``, abstract beginning "Self-distillation enables language models to learn".
 Reference code: github.com/duykhuongnguyen/AVSD (``src/avsd/common/multiview_distill.py``,
-sampled-token gate mode ``"avsd"``).
+sampled-token gate mode ``"avsd"``). Public: the paper abstract and the reference code, which fix the
+gate below; the view builders for this package's tasks are ours.
 
+Math
+----
 The student samples a completion ``y``; the same model shown ``M`` privileged views (full
 solution, partial solution, final answer) scores every sampled token. With student log-probs
-:math:`\\ell_S` and view log-probs :math:`\\ell_m` of the sampled tokens:
+:math:`\ell_S` and view log-probs :math:`\ell_m` of the sampled tokens:
 
 .. math::
 
-    \\log q_G = \\tfrac{1}{M}\\sum_m \\ell_m, \\qquad
-    \\log q_A = \\operatorname{logsumexp}_m \\ell_m - \\log M, \\qquad
-    J = \\max(\\log q_A - \\log q_G, 0),
+    \log q_G = \tfrac{1}{M}\sum_m \ell_m, \qquad
+    \log q_A = \operatorname{logsumexp}_m \ell_m - \log M, \qquad
+    J = \max(\log q_A - \log q_G, 0),
 
-    \\delta_m = \\ell_m - \\ell_S,\\; c = \\tfrac{1}{M}\\sum_m \\delta_m,\\;
-    \\kappa = \\frac{|c|}{\\tfrac1M\\sum_m|\\delta_m| + \\epsilon},\\;
-    g = \\kappa\\,\\frac{|c|}{|c| + J + \\epsilon} \\in [0, 1],
+    \delta_m = \ell_m - \ell_S,\; c = \tfrac{1}{M}\sum_m \delta_m,\;
+    \kappa = \frac{|c|}{\tfrac1M\sum_m|\delta_m| + \epsilon},\;
+    g = \kappa\,\frac{|c|}{|c| + J + \epsilon} \in [0, 1],
 
-    \\log q^* = \\log q_G + g\\,J, \\qquad
-    \\mathcal{L} = -\\frac{1}{|\\mathrm{mask}|}\\sum_{b,t} \\operatorname{sg}(\\log q^* - \\ell_S)\\,\\ell_S .
+    \log q^* = \log q_G + g\,J, \qquad
+    \mathcal{L} = -\frac{1}{|\mathrm{mask}|}\sum_{b,t} \operatorname{sg}(\log q^* - \ell_S)\,\ell_S .
 
 With one view the target is that view's log-prob and the loss is exactly TRL SDFT's
 ``sampled_token`` (reverse-KL) self-distillation loss (``trl.experimental.sdft.loss_utils``), the

@@ -1,34 +1,51 @@
-"""DHO: dual-head optimisation for semi-supervised distillation from a zero/few-shot teacher.
+r"""DHO: dual-head optimisation for semi-supervised distillation from a zero/few-shot teacher.
 
-Paper: "Simple Semi-supervised Knowledge Distillation from Vision-Language Models via Dual-Head
+Paper
+-----
+"Simple Semi-supervised Knowledge Distillation from Vision-Language Models via Dual-Head
 Optimization" (DHO), arXiv 2505.07675; seed file ``000_f8b4140a0e3b5d84.txt``, abstract beginning
 "Semi-supervised learning (SSL) has emerged as". Reference code: github.com/erjui/DHO
 (``train_others.py``: lambda = 0.5, T = 2, the alpha/beta grids below).
+Public: the paper and the reference code, which fix both objectives and the post-hoc head mixing; the
+backbones and data of the claim check are ours.
 
+Math
+----
 Single-head knowledge distillation asks one linear head to fit both the labels and the teacher's
 soft labels, so the two gradients reaching the shared feature extractor can conflict. DHO gives the
-student two linear heads on the same features :math:`z = g_\\theta(x) \\in \\mathbb{R}^d`:
+student two linear heads on the same features :math:`z = g_\theta(x) \in \mathbb{R}^d`:
 :math:`h_{CE}(z) = W_c z + b_c` trained only with cross-entropy on labelled data and
 :math:`h_{KD}(z) = W_k z + b_k` trained only with distillation on labelled + unlabelled data.
 
 .. math::
 
-    \\mathcal{L}_{CE} = \\mathrm{CE}(h_{CE}(g(x_l)), y), \\qquad
-    \\mathcal{L}_{KD} = T^2 \\sum_{x \\in \\{x_l, x_u\\}}
-        \\mathrm{KL}\\big(\\sigma(t(x)/T) \\,\\|\\, \\sigma(h_{KD}(g(x))/T)\\big),
+    \mathcal{L}_{CE} = \mathrm{CE}(h_{CE}(g(x_l)), y), \qquad
+    \mathcal{L}_{KD} = T^2 \sum_{x \in \{x_l, x_u\}}
+        \mathrm{KL}\big(\sigma(t(x)/T) \,\|\, \sigma(h_{KD}(g(x))/T)\big),
 
-    \\mathcal{L} = \\lambda\\,\\mathcal{L}_{CE} + (1-\\lambda)\\,\\mathcal{L}_{KD}
-    \\quad(\\text{KL with ``batchmean`` reduction}),
+    \mathcal{L} = \lambda\,\mathcal{L}_{CE} + (1-\lambda)\,\mathcal{L}_{KD}
+    \quad(\text{KL with ``batchmean`` reduction}),
 
 and at inference the heads are mixed with weights tuned post hoc on validation data:
 
 .. math::
 
-    p(y\\mid x) = \\alpha\\,\\sigma(h_{CE}(z)) + (1-\\alpha)\\,\\sigma(h_{KD}(z)/\\beta).
+    p(y\mid x) = \alpha\,\sigma(h_{CE}(z)) + (1-\alpha)\,\sigma(h_{KD}(z)/\beta).
 
 The single-head KD baseline is the same model with the two heads tied (``tie_heads=True``), so the
 baseline shares the code path, optimiser and data with the method; :class:`SingleHeadKDLoss` is the
 same objective on plain logits. The CE-only baseline is ``DHOLoss(lam=1.0)``.
+
+Shapes
+------
+- :class:`DualHeadClassifier`: ``x [B, ...]`` (whatever the backbone accepts) -> :class:`DualHeadOutput`
+  with ``ce_logits``, ``kd_logits`` ``[B, K]`` and ``features`` ``[B, d]``.
+- :class:`DHOLoss`: :class:`DualHeadOutput` for the labelled and unlabelled batches, ``labels [B_l]``,
+  ``teacher_logits_labeled [B_l, K]``, ``teacher_logits_unlabeled [B_u, K]`` -> dict of scalars.
+- :class:`SingleHeadKDLoss`: the same with plain logits ``[B_l, K]`` and ``[B_u, K]``.
+- :func:`mix_heads`: ``ce_logits``, ``kd_logits`` ``[B, K]`` -> probabilities ``[B, K]``;
+  :func:`kd_kl_loss`: ``student_logits``, ``teacher_logits`` ``[B, K]`` -> scalar.
+- :class:`CachedTeacher`: ``x [B, ...]``, ``index [B]`` -> logits ``[B, K]``.
 """
 
 from __future__ import annotations
@@ -269,6 +286,12 @@ class DHOLoss(nn.Module):
     Returns (``forward``)
     ---------------------
     dict with ``"loss"``, ``"ce"``, ``"kd_labeled"``, ``"kd_unlabeled"`` (scalars).
+
+    Shapes
+    ------
+    ``out_labeled``: :class:`DualHeadOutput` with ``[B_l, K]`` logits; ``labels``: ``[B_l]``;
+    ``out_unlabeled``: ``[B_u, K]`` logits or ``None``; ``teacher_logits_labeled``: ``[B_l, K]``;
+    ``teacher_logits_unlabeled``: ``[B_u, K]`` -> scalars.
     """
 
     def __init__(self, lam: float = 0.5, temperature: float = 2.0):
@@ -315,6 +338,12 @@ class SingleHeadKDLoss(nn.Module):
     """Baseline: CE and KD on one head, :math:`\\lambda\\,\\mathrm{CE}(s_l, y) + (1-\\lambda)T^2[\\mathrm{KL}_l + \\mathrm{KL}_u]`.
 
     Same parameters and return dict as :class:`DHOLoss`, on plain logits (B, K).
+
+    Shapes
+    ------
+    ``logits_labeled``: ``[B_l, K]``; ``labels``: ``[B_l]``; ``logits_unlabeled``: ``[B_u, K]`` or
+    ``None``; ``teacher_logits_labeled``: ``[B_l, K]``; ``teacher_logits_unlabeled``: ``[B_u, K]``
+    -> scalars.
     """
 
     def __init__(self, lam: float = 0.5, temperature: float = 2.0):

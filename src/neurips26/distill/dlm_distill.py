@@ -1,32 +1,46 @@
-"""DLM-Distill: data-free distillation of masked diffusion language models.
+r"""DLM-Distill: data-free distillation of masked diffusion language models.
 
-Paper: data-free knowledge distillation for discrete (masked) diffusion LMs; seed file
+Paper
+-----
+Data-free knowledge distillation for discrete (masked) diffusion LMs (title not public); seed file
 ``000_f8b4140a0e3b5d84.txt``, abstract beginning "Discrete diffusion language models (DLMs) offer".
 Only the abstract is public: an off-policy phase on a pool of teacher samples, then on-policy
 trajectory distillation on the partially-masked states the student's own reverse process visits,
 reweighted by teacher confidence and anchored by a trust region; an alpha-beta divergence replaces
 forward KL for small students. Functional forms the abstract does not give are marked (inferred).
 
-Masked diffusion background (MDLM, Sahoo et al. 2024, linear schedule :math:`\\alpha_t = 1 - t`):
-each token of :math:`x \\in V^L` is replaced by the mask token with probability ``t`` and the
+Math
+----
+Masked diffusion background (MDLM, Sahoo et al. 2024, linear schedule :math:`\alpha_t = 1 - t`):
+each token of :math:`x \in V^L` is replaced by the mask token with probability ``t`` and the
 denoiser (SUBS parameterisation) is trained with
 
 .. math::
 
-    \\mathcal{L}_{MDLM} = \\mathbb{E}_{t \\sim U(\\epsilon, 1)}\\, \\mathbb{E}_{z_t}\\Big[
-        \\frac{1}{t}\\sum_{l: z_t^l = m} -\\log p_\\theta(x^l \\mid z_t) \\Big] / L .
+    \mathcal{L}_{MDLM} = \mathbb{E}_{t \sim U(\epsilon, 1)}\, \mathbb{E}_{z_t}\Big[
+        \frac{1}{t}\sum_{l: z_t^l = m} -\log p_\theta(x^l \mid z_t) \Big] / L .
 
 On-policy objective at a student state ``z`` with masked set :math:`M(z)`:
 
 .. math::
 
-    \\mathcal{L}_{traj} = \\frac{1}{|M|}\\sum_{l \\in M} w_l\\, D(p_T^l \\,\\|\\, p_S^l), \\quad
-    w_l = \\frac{c_T(l)}{\\mathrm{mean}_{l' \\in M} c_T(l')}, \\qquad
-    \\mathcal{L}_{on} = \\mathcal{L}_{traj} + \\lambda_{TR}\\,\\mathrm{KL}(p_S \\,\\|\\, p_{S}^{anchor})
-        + \\lambda_{replay}\\,\\mathcal{L}_{off}.
+    \mathcal{L}_{traj} = \frac{1}{|M|}\sum_{l \in M} w_l\, D(p_T^l \,\|\, p_S^l), \quad
+    w_l = \frac{c_T(l)}{\mathrm{mean}_{l' \in M} c_T(l')}, \qquad
+    \mathcal{L}_{on} = \mathcal{L}_{traj} + \lambda_{TR}\,\mathrm{KL}(p_S \,\|\, p_{S}^{anchor})
+        + \lambda_{replay}\,\mathcal{L}_{off}.
 
-Models: any module mapping ``input_ids`` (B, L) to logits (B, L, V) (a HF ``*ForMaskedLM`` output
-with ``.logits`` or a plain tensor), e.g. ``transformers.BertForMaskedLM`` built from config.
+Shapes
+------
+- Models: any module mapping ``input_ids`` ``[B, L]`` to logits ``[B, L, V]`` (a HF ``*ForMaskedLM``
+  output with ``.logits`` or a plain tensor), e.g. ``transformers.BertForMaskedLM`` built from config;
+  :func:`model_logits` returns those ``[B, L, V]`` logits.
+- :func:`subs_logits`: ``logits [B, L, V]``, ``z [B, L]`` -> ``[B, L, V]``.
+- :func:`mdlm_loss`: ``x0 [B, L]`` clean ids, ``t [B]`` mask rates, ``attention_mask [B, L]`` -> scalar.
+- :func:`mdlm_sample` -> ids ``[B, L]`` (and, on request, the trajectory of ``[B, L]`` states).
+- :func:`alpha_beta_divergence`: ``teacher_logits``, ``student_logits`` ``[..., V]`` -> ``[...]``.
+- :func:`confidence_weights`: ``teacher_logits [B, L, V]``, ``mask [B, L]`` -> ``[B, L]``.
+- :func:`masked_divergence`: logits ``[B, L, V]``, ``mask`` and ``weights`` ``[B, L]`` -> scalar.
+- :class:`DLMDistiller`: pool and on-policy states ``[B, L]``.
 """
 
 from __future__ import annotations

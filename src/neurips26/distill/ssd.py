@@ -1,21 +1,25 @@
-"""SSD: speculative self-distillation with teacher intervention at divergent positions.
+r"""SSD: speculative self-distillation with teacher intervention at divergent positions.
 
-Paper: speculative self-distillation for knowledge injection; seed file ``000_f8b4140a0e3b5d84.txt``,
+Paper
+-----
+Speculative self-distillation for knowledge injection (title not public); seed file ``000_f8b4140a0e3b5d84.txt``,
 abstract beginning "Many practical deployments require language models". Only the abstract is public;
 the mechanics follow the spec (reconstructed from the abstract and SKD / OPSD / SDFT), (inferred)
 where the abstract is silent.
 
-The same causal LM is the closed-book student :math:`\\pi_\\theta(\\cdot\\mid x, y_{<t})` and, given
-the source ``c`` in context, the teacher :math:`\\pi_T(\\cdot\\mid c, x, y_{<t})`. The student drafts
+Math
+----
+The same causal LM is the closed-book student :math:`\pi_\theta(\cdot\mid x, y_{<t})` and, given
+the source ``c`` in context, the teacher :math:`\pi_T(\cdot\mid c, x, y_{<t})`. The student drafts
 ``draft_len`` tokens; the teacher scores the block in one forward pass; at the first position with
 
-.. math:: d_t = D(p_T, p_S) > \\delta \\qquad (D = \\tfrac12\\lVert p_T - p_S\\rVert_1 \\text{ by default})
+.. math:: d_t = D(p_T, p_S) > \delta \qquad (D = \tfrac12\lVert p_T - p_S\rVert_1 \text{ by default})
 
 the teacher intervenes (its token replaces the draft, the rest of the block is discarded). The
 training loss is the generalised JSD of GKD, token-mean over the supervised set ``S``
 (``supervise="intervened"``: the intervention positions):
 
-.. math:: \\mathcal{L} = \\frac{1}{|S|}\\sum_{t\\in S} \\mathrm{JSD}_\\beta(p_T^t \\,\\|\\, p_S^t).
+.. math:: \mathcal{L} = \frac{1}{|S|}\sum_{t\in S} \mathrm{JSD}_\beta(p_T^t \,\|\, p_S^t).
 
 Reductions: ``threshold = inf`` with ``supervise="all"`` is on-policy self-distillation (TRL
 SDFT's ``full_logits`` objective, whose per-token divergence this module calls); a negative threshold
@@ -27,6 +31,16 @@ rollouts with ``model.generate``/vLLM and exposes no per-token hook where a seco
 the sampled token, which is exactly what SSD changes; the loss itself is SDFT's per-token divergence
 (``trl.experimental.sdft.loss_utils.compute_divergence``). Rollouts here recompute the prefix at every
 draft block (no KV cache): fine for the tiny models of the claim check, not for scale.
+
+Shapes
+------
+- :func:`speculative_mixed_rollout`: ``student_input_ids [B, L_s]``, ``teacher_input_ids [B, L_t]``
+  (left-padded; masks alike) -> :class:`MixedRollout` with ``sequences``, ``response_mask``,
+  ``intervention_mask``, ``divergence`` ``[B, T]``.
+- :func:`completion_logits`: ``prompt_ids [B, L]``, ``completion_ids [B, T]`` -> ``[B, T, V]``.
+- :func:`token_divergence`: ``teacher_logits``, ``student_logits`` ``[..., V]`` -> ``[...]``.
+- :func:`ssd_loss`: ``student_logits``, ``teacher_logits`` ``[B, T, V]``; ``response_mask``,
+  ``supervise_mask`` ``[B, T]`` -> scalar loss and a metrics dict.
 """
 
 from __future__ import annotations

@@ -1,29 +1,33 @@
-"""AEM: adaptive entropy modulation of advantages for multi-turn agent RL.
+r"""AEM: adaptive entropy modulation of advantages for multi-turn agent RL.
 
-Paper: "AEM: supervision-free credit assignment for multi-turn agent RL by rescaling advantages with
+Paper
+-----
+"AEM: supervision-free credit assignment for multi-turn agent RL by rescaling advantages with
 a response-level surprisal proxy" (arXiv 2605.00425; seed ``004_01f475bc147a144d.txt``, paragraph
 beginning "Reinforcement learning (RL) has substantially improved"). The paper's method section and
 code were not retrievable; the entropy-dynamics statement is the standard first-order result the
 abstract describes, and the weighting function below is a reconstruction (marked *inferred* in the
 spec). It replaces step 3 behind the same API if the exact proxy becomes available.
 
+Math
+----
 AEM is an advantage transform on top of any group estimator (GRPO, GiGPO, RewardFlow). For a batch of
-``B`` agent responses with behaviour log-probs :math:`\\ell_{b,t}` under mask :math:`M`:
+``B`` agent responses with behaviour log-probs :math:`\ell_{b,t}` under mask :math:`M`:
 
 .. math::
 
-    s_b = -\\frac{1}{n_b}\\sum_t M_{b,t}\\,\\ell_{b,t}, \\qquad
-    u_b = s_b - \\bar s_{\\text{scope}}, \\qquad
-    \\tilde u_b = \\mathrm{clip}\\Big(\\frac{u_b}{\\mathrm{std}_{\\text{scope}}(u) + 10^{-6}}, -c, c\\Big),
+    s_b = -\frac{1}{n_b}\sum_t M_{b,t}\,\ell_{b,t}, \qquad
+    u_b = s_b - \bar s_{\text{scope}}, \qquad
+    \tilde u_b = \mathrm{clip}\Big(\frac{u_b}{\mathrm{std}_{\text{scope}}(u) + 10^{-6}}, -c, c\Big),
 
 .. math::
 
-    w_b = \\frac{e^{-\\lambda \\tilde u_b}}{\\mathrm{mean}_{b'} e^{-\\lambda \\tilde u_{b'}}}, \\qquad A'_b = w_b A_b.
+    w_b = \frac{e^{-\lambda \tilde u_b}}{\mathrm{mean}_{b'} e^{-\lambda \tilde u_{b'}}}, \qquad A'_b = w_b A_b.
 
-Theory (first order, softmax policy over responses, natural-gradient step :math:`\\eta`, which for
-a categorical policy is :math:`\\theta \\leftarrow \\theta + \\eta A`):
+Theory (first order, softmax policy over responses, natural-gradient step :math:`\eta`, which for
+a categorical policy is :math:`\theta \leftarrow \theta + \eta A`):
 
-.. math::  \\Delta H \\approx -\\eta\\,\\mathrm{Cov}_{y\\sim\\pi}(\\log\\pi(y), A(y)) = \\eta\\,\\mathbb E_\\pi[A(y)(s(y) - H)].
+.. math::  \Delta H \approx -\eta\,\mathrm{Cov}_{y\sim\pi}(\log\pi(y), A(y)) = \eta\,\mathbb E_\pi[A(y)(s(y) - H)].
 
 Up-weighting typical responses (:math:`u < 0`) therefore raises entropy while negative advantages
 dominate and lowers it once positive ones dominate: the exploration-to-exploitation schedule.

@@ -1,34 +1,71 @@
-"""Archer: entropy-aware RLVR with dual-token constraints.
+r"""Archer: entropy-aware RLVR with dual-token constraints.
 
-Paper: "Stabilizing Knowledge, Promoting Reasoning: Dual-Token Constraints for RLVR" (Archer),
-arXiv 2507.15778; seed file ``000_f8b4140a0e3b5d84.txt``, paragraph beginning "Reinforcement
-Learning with Verifiable Rewards (RLVR)". Reference code: github.com/wizard-III/ArcherCodeR.
+Paper
+-----
+*Stabilizing Knowledge, Promoting Reasoning: Dual-Token Constraints for RLVR* (Archer, arXiv
+2507.15778); seed file ``000_f8b4140a0e3b5d84.txt``, paragraph beginning "Reinforcement Learning with
+Verifiable Rewards (RLVR)". Public: the paper and the reference code (github.com/wizard-III/ArcherCodeR),
+which fix the per-response quantile split, the clip ranges, the KL coefficients and the dual clip.
+Inferred (spec ``shared/specs/archer.md``): the ``entropy_source="old"`` option for trainers that do
+not recompute logits, and the optional entropy bonus.
 
 Archer replaces the token-level policy loss of GRPO/DAPO. Inside each response it splits tokens by
 policy entropy at a *per-response* quantile, then applies a wide clip range and (almost) no KL to
 the high-entropy "reasoning" tokens and the usual tight clip plus a KL penalty to the low-entropy
 "knowledge" tokens. All tokens are updated in the same backward pass.
 
-Math (``B`` responses, padded length ``T``, vocabulary ``V``; ``M`` the response mask):
+Math
+----
+``B`` responses, padded length ``T``, vocabulary ``V``; :math:`M` the response mask, :math:`A` the
+advantages, :math:`\mathrm{agg}(x, S)` the configured aggregation of :math:`x` over the tokens in :math:`S`.
 
-1. Entropy (detached): :math:`H_{i,t} = -\\sum_v p_\\theta(v\\mid q, o_{<t}) \\log p_\\theta(v\\mid q, o_{<t})`.
-2. Per-response threshold :math:`\\tau_i = \\mathrm{quantile}_q\\{H_{i,t} : M_{i,t}\\}` (linear
-   interpolation, ``q = 0.8``); reasoning :math:`R = M \\wedge (H > \\tau)`, knowledge
-   :math:`K = M \\wedge (H \\le \\tau)`.
-3. Ratio :math:`\\rho = \\exp(\\mathrm{clamp}(\\log\\pi_\\theta - \\log\\pi_{old}, -20, 20))`; per-token
-   clip range :math:`(\\epsilon^-, \\epsilon^+) = (0.5, 0.5)` on ``R`` and ``(0.2, 0.2)`` on ``K``;
-   :math:`\\ell^{pg} = \\max(-A\\rho, -A\\,\\mathrm{clip}(\\rho, 1-\\epsilon^-, 1+\\epsilon^+))` and, for
-   ``A < 0``, :math:`\\ell^{pg} \\leftarrow \\min(\\ell^{pg}, -A c)`, ``c = 10``.
-4. KL (k3 by default) against the reference policy:
-   :math:`L_{KL} = \\beta_K\\,\\mathrm{agg}(kl, K) + \\beta_R\\,\\mathrm{agg}(kl, R)` with
-   :math:`\\beta_K = 10^{-3}`, :math:`\\beta_R = 0`.
-5. :math:`L = \\mathrm{agg}(\\ell^{pg}, M) + L_{KL} - \\lambda_H\\,\\mathrm{agg}(H, M)` (entropy bonus
-   :math:`\\lambda_H = 0` by default; since ``H`` is detached it is reported, not optimised, unless a
-   trainer passes differentiable entropies).
+1. Entropy (detached) and the per-response threshold (``q = 0.8``, linear interpolation):
+
+.. math::
+
+    H_{i,t} = -\sum_{v=1}^{V} p_\theta(v \mid q, o_{<t}) \log p_\theta(v \mid q, o_{<t}), \qquad
+    \tau_i = \mathrm{quantile}_q \{H_{i,t} : M_{i,t}\},
+
+.. math::
+
+    R = M \wedge (H > \tau), \qquad K = M \wedge (H \le \tau).
+
+2. Ratio and per-token clip range :math:`(\epsilon^-, \epsilon^+) = (0.5, 0.5)` on :math:`R` and
+   :math:`(0.2, 0.2)` on :math:`K`; for :math:`A < 0` the dual clip with :math:`c = 10`:
+
+.. math::
+
+    \rho = \exp\big(\mathrm{clamp}(\log\pi_\theta - \log\pi_{old}, -20, 20)\big), \qquad
+    \ell^{pg} = \max\big(-A\rho,\ -A\,\mathrm{clip}(\rho, 1-\epsilon^-, 1+\epsilon^+)\big),
+
+.. math::
+
+    \ell^{pg} \leftarrow \min(\ell^{pg}, -A c) \quad \text{where } A < 0.
+
+3. KL (k3 by default) against the reference policy, aggregated per class, with
+   :math:`\beta_K = 10^{-3}` and :math:`\beta_R = 0`, and the total loss (entropy bonus
+   :math:`\lambda_H = 0` by default; since :math:`H` is detached it is reported, not optimised, unless a
+   trainer passes differentiable entropies):
+
+.. math::
+
+    L_{KL} = \beta_K\,\mathrm{agg}(kl, K) + \beta_R\,\mathrm{agg}(kl, R), \qquad
+    L = \mathrm{agg}(\ell^{pg}, M) + L_{KL} - \lambda_H\,\mathrm{agg}(H, M).
 
 Baselines as presets of the same loss (:meth:`ArcherConfig.grpo`, :meth:`ArcherConfig.dapo`) and the
 "train only high-entropy tokens" isolation baseline (:func:`high_entropy_only_loss`, arXiv
 2506.01939).
+
+Shapes
+------
+- :func:`entropy_from_logits`: ``logits [B, T, V]`` (any leading shape) -> ``[B, T]``.
+- :func:`classify_tokens`: ``entropy [B, T]``, ``response_mask [B, T]`` -> reasoning and knowledge
+  masks ``[B, T]`` (bool).
+- :func:`archer_policy_loss`, :func:`high_entropy_only_loss`: ``logprobs``, ``old_logprobs``,
+  ``response_mask``, ``entropy``, ``ref_logprobs`` ``[B, T]``; ``advantages`` ``[B, T]`` or ``[B]``
+  -> scalar loss and a metrics dict.
+- :func:`verl_compute_policy_loss`: the same with ``high_entropy_mask [B, T]`` in place of ``entropy``.
+- :func:`grpo_advantages`: ``rewards [B]`` (``B`` a multiple of ``group_size``) -> ``[B]``.
 """
 
 from __future__ import annotations

@@ -1,33 +1,39 @@
-"""RewardFlow: state-level rewards for multi-turn agent RL by propagating success over a state graph.
+r"""RewardFlow: state-level rewards for multi-turn agent RL by propagating success over a state graph.
 
-Paper: "RewardFlow: annotation-free state-level rewards for agentic RL by propagating success over a
+Paper
+-----
+"RewardFlow: annotation-free state-level rewards for agentic RL by propagating success over a
 state graph merged from a group of rollouts" (arXiv 2603.18859; seed ``000_f8b4140a0e3b5d84.txt``,
 paragraph beginning "Reinforcement learning (RL) shows promise for"). Reference code:
 github.com/tmlr-group/RewardFlow. Baselines in the same module: GiGPO (Feng et al., arXiv 2505.10978:
 anchor-state step groups with discounted-return step rewards) and GRPO (episode level only).
+Public: the paper and the reference code; the ``"ppr"`` propagation's semantics are inferred (spec
+``shared/specs/rewardflow.md``).
 
-For one task group ``g`` with trajectories :math:`\\tau_i = (s_{i,0}, a_{i,0}, \\dots, s_{i,T_i})` and
-rewards :math:`\\rho_{i,t}` (received on entering :math:`s_{i,t+1}`):
+Math
+----
+For one task group ``g`` with trajectories :math:`\tau_i = (s_{i,0}, a_{i,0}, \dots, s_{i,T_i})` and
+rewards :math:`\rho_{i,t}` (received on entering :math:`s_{i,t+1}`):
 
 1. Merge identical anchor states (exact key, or greedy fuzzy clusters with ``difflib`` ratio
-   :math:`\\ge` ``similarity``) into a directed graph; edges are the observed transitions, self-loops
+   :math:`\ge` ``similarity``) into a directed graph; edges are the observed transitions, self-loops
    dropped; :math:`R(v)` is the reward observed on first entering :math:`v`.
-2. Propagate (``method="decay"``, exact for :math:`R \\ge 0`):
+2. Propagate (``method="decay"``, exact for :math:`R \ge 0`):
 
-   .. math::  V(v) = \\max_{u \\text{ reachable from } v} \\gamma^{d(v,u)} R(u)
+   .. math::  V(v) = \max_{u \text{ reachable from } v} \gamma^{d(v,u)} R(u)
 
    computed by a multi-source best-first search on the reversed graph (a BFS when all success
    rewards are equal); ``"iterative"`` is the reference fixed point
-   :math:`V^{k+1}(v) = \\max(V^k(v), \\max_{u\\in succ(v)} \\gamma V^k(u))`; ``"ppr"`` is personalised
+   :math:`V^{k+1}(v) = \max(V^k(v), \max_{u\in succ(v)} \gamma V^k(u))`; ``"ppr"`` is personalised
    PageRank on the reversed graph with teleport mass on success nodes (inferred semantics).
-3. Difference step rewards :math:`\\tilde r_{i,t} = V(s_{i,t+1}) - V(s_{i,t})` (they telescope).
+3. Difference step rewards :math:`\tilde r_{i,t} = V(s_{i,t+1}) - V(s_{i,t})` (they telescope).
 4. Two-level advantages (shared with GiGPO):
 
-   .. math::  A_{i,t} = \\underbrace{R_i - \\mathrm{mean}_g R}_{A^E_i}
-              + w\\,\\underbrace{(\\tilde r_{i,t} - \\mathrm{mean}_{\\{(j,k): s_{j,k} = s_{i,t}\\}} \\tilde r)}_{A^S_{i,t}}
+   .. math::  A_{i,t} = \underbrace{R_i - \mathrm{mean}_g R}_{A^E_i}
+              + w\,\underbrace{(\tilde r_{i,t} - \mathrm{mean}_{\{(j,k): s_{j,k} = s_{i,t}\}} \tilde r)}_{A^S_{i,t}}
 
    (``mode="mean_std_norm"`` divides each term by its group's std + 1e-6); GiGPO replaces
-   :math:`\\tilde r` with the discounted return :math:`\\sum_{k\\ge t}\\gamma^{k-t}\\rho_{i,k}`; GRPO is
+   :math:`\tilde r` with the discounted return :math:`\sum_{k\ge t}\gamma^{k-t}\rho_{i,k}`; GRPO is
    ``step_weight = 0``.
 
 Shapes
