@@ -1,26 +1,43 @@
-"""AMARIS: Adaptive Model Alignment via Ranked Inherited Subspaces.
+r"""AMARIS: Adaptive Model Alignment via Ranked Inherited Subspaces.
 
-Paper (seed 004_01f475bc147a144d, abstract "Domain specialization of large language models ..."):
-a domain specialist's update is inherited by its base model only along output directions that
-carry much specialist activation shift (capture) and little base activation shift (deviation),
-ranked by a generalized eigenproblem and kept greedily until a preservation budget is used up.
+Paper
+-----
+*AMARIS: Adaptive Model Alignment via Ranked Inherited Subspaces* (NeurIPS 2026 submission); seed file
+``004_01f475bc147a144d.txt``, abstract beginning "Domain specialization of large language models". From the
+abstract: a domain specialist's update is inherited by its base model only along output directions that carry
+much specialist activation shift (capture) and little base activation shift (deviation), ranked by a
+generalized eigenproblem and kept greedily until a preservation budget is used up. Public: only the abstract.
+Inferred (spec ``shared/specs/amaris.md``): the moment matrices, the generalised eigenproblem's regulariser,
+the greedy budget rule and the merge form below.
 
-Per linear layer with update :math:`\\Delta W = W_s - W_b \\in \\mathbb{R}^{d_{out}\\times d_{in}}` and
+Math
+----
+Per linear layer with update :math:`\Delta W = W_s - W_b \in \mathbb{R}^{d_{out}\times d_{in}}` and
 input second moments :math:`C_s` (specialist-domain text) and :math:`C_b` (general text):
 
 .. math::
-    S = \\Delta W C_s \\Delta W^\\top, \\quad B = \\Delta W C_b \\Delta W^\\top, \\quad
-    S u = \\lambda (B + \\varepsilon I) u,\\ \\varepsilon = \\varepsilon_{rel}\\,\\mathrm{tr}(B)/d_{out},
+    S = \Delta W C_s \Delta W^\top, \quad B = \Delta W C_b \Delta W^\top, \quad
+    S u = \lambda (B + \varepsilon I) u,\ \varepsilon = \varepsilon_{rel}\,\mathrm{tr}(B)/d_{out},
 
-directions sorted by :math:`\\lambda`, orthonormalised into :math:`Q_k` while
-:math:`D(k) = \\mathrm{tr}(Q_k^\\top B Q_k)/\\mathrm{tr}(B) \\le \\rho`, and
+directions sorted by :math:`\lambda`, orthonormalised into :math:`Q_k` while
+:math:`D(k) = \mathrm{tr}(Q_k^\top B Q_k)/\mathrm{tr}(B) \le \rho`, and
 
-.. math:: W_m = W_b + \\alpha\\,Q_k Q_k^\\top \\Delta W .
+.. math:: W_m = W_b + \alpha\,Q_k Q_k^\top \Delta W .
 
 The merge follows peft's convention ``fn(task_tensors, weights, ...)`` (:func:`amaris`), so
 ``peft.utils.merge_utils`` (``task_arithmetic``, ``ties``, ``dare_linear``, ``dare_ties``) are the
 baselines through the same state-dict wrapper (:func:`merge_state_dicts`); :func:`amaris_merge`
 is the state-dict form and :func:`amaris_merge_lora` merges a peft LoRA specialist into its base.
+
+Shapes
+------
+- :func:`collect_activation_moments` -> per linear module ``C [d_in, d_in]`` (symmetric PSD).
+- :func:`amaris_gate`: ``delta_W [d_out, d_in]``, ``C_s``, ``C_b`` ``[d_in, d_in]`` -> ``Q [d_out, k]``
+  (orthonormal columns) and stats.
+- :func:`amaris`: ``task_tensors`` list of ``[d_out, d_in]``, ``weights [n_tasks]``, ``spec_moment``,
+  ``base_moment`` ``[d_in, d_in]`` -> merged update ``[d_out, d_in]``.
+- :func:`amaris_merge`, :func:`merge_state_dicts` and the baselines: state dicts in, a state dict with the
+  same keys, shapes and dtypes out.
 """
 
 from __future__ import annotations
@@ -119,8 +136,12 @@ class AmarisReport:
 
 
 # ------------------------------------------------------------------------------- calibration
-def collect_activation_moments(model: torch.nn.Module, batches: Iterable[dict], modules: Sequence[str] | None = None,
-                               max_tokens: int | None = None) -> dict[str, torch.Tensor]:
+def collect_activation_moments(
+    model: torch.nn.Module,
+    batches: Iterable[dict],
+    modules: Sequence[str] | None = None,
+    max_tokens: int | None = None,
+) -> dict[str, torch.Tensor]:
     """Mean input second moments :math:`X^\\top X / N` (float64) of the named modules.
 
     Parameters
@@ -150,7 +171,9 @@ def collect_activation_moments(model: torch.nn.Module, batches: Iterable[dict], 
             mod = model.get_submodule(name)
         except AttributeError:
             raise KeyError(f"module {name!r} does not exist in {type(model).__name__}") from None
-        handles.append(mod.register_forward_pre_hook(lambda _m, args, _n=name: current.__setitem__(_n, args[0])))
+        handles.append(
+            mod.register_forward_pre_hook(lambda _m, args, _n=name: current.__setitem__(_n, args[0]))
+        )
     count = 0
     try:
         with torch.no_grad():
@@ -179,9 +202,16 @@ def collect_activation_moments(model: torch.nn.Module, batches: Iterable[dict], 
 
 
 # -------------------------------------------------------------------------------------- gate
-def amaris_gate(delta_W: torch.Tensor, C_s: torch.Tensor, C_b: torch.Tensor, budget: float = 0.05,
-                max_rank: int | None = None, eps_rel: float = 1e-3, global_lambda: float | None = None,
-                path: str = "rowspace") -> tuple[torch.Tensor, dict[str, Any]]:
+def amaris_gate(
+    delta_W: torch.Tensor,
+    C_s: torch.Tensor,
+    C_b: torch.Tensor,
+    budget: float = 0.05,
+    max_rank: int | None = None,
+    eps_rel: float = 1e-3,
+    global_lambda: float | None = None,
+    path: str = "rowspace",
+) -> tuple[torch.Tensor, dict[str, Any]]:
     """Ranked inherited subspace of one layer's update.
 
     Parameters
@@ -211,8 +241,10 @@ def amaris_gate(delta_W: torch.Tensor, C_s: torch.Tensor, C_b: torch.Tensor, bud
     d_out, d_in = delta_W.shape
     for name, C in (("C_s", C_s), ("C_b", C_b)):
         if not isinstance(C, torch.Tensor) or tuple(C.shape) != (d_in, d_in):
-            raise ValueError(f"{name} must have shape ({d_in}, {d_in}) to match delta_W {tuple(delta_W.shape)}, "
-                             f"got {tuple(getattr(C, 'shape', ()))}")
+            raise ValueError(
+                f"{name} must have shape ({d_in}, {d_in}) to match delta_W {tuple(delta_W.shape)}, "
+                f"got {tuple(getattr(C, 'shape', ()))}"
+            )
     check_float("budget", budget, 0.0, 1.0)
     check_float("eps_rel", eps_rel, 0.0, low_open=True)
     check_choice("path", path, ("rowspace", "full"))
@@ -285,9 +317,16 @@ def amaris_gate(delta_W: torch.Tensor, C_s: torch.Tensor, C_b: torch.Tensor, bud
     return Q, stats
 
 
-def amaris(task_tensors: list[torch.Tensor], weights: torch.Tensor, spec_moment: torch.Tensor,
-           base_moment: torch.Tensor, budget: float = 0.05, max_rank: int | None = None, eps_rel: float = 1e-3,
-           global_lambda: float | None = None) -> torch.Tensor:
+def amaris(
+    task_tensors: list[torch.Tensor],
+    weights: torch.Tensor,
+    spec_moment: torch.Tensor,
+    base_moment: torch.Tensor,
+    budget: float = 0.05,
+    max_rank: int | None = None,
+    eps_rel: float = 1e-3,
+    global_lambda: float | None = None,
+) -> torch.Tensor:
     """AMARIS in peft's merge signature: :math:`\\sum_i w_i\\,Q_i Q_i^\\top \\tau_i` for 2-D task tensors.
 
     With the budget at 1 and full rank this is ``peft.utils.merge_utils.task_arithmetic``; with
@@ -321,12 +360,19 @@ def _check_pair(base_sd: dict, other_sd: dict, what: str = "specialist") -> None
         raise KeyError(f"base and {what} state dicts differ in keys, e.g. {missing[:3]}")
     for k, v in base_sd.items():
         if tuple(v.shape) != tuple(other_sd[k].shape):
-            raise ValueError(f"parameter {k!r} has shape {tuple(v.shape)} in the base but "
-                             f"{tuple(other_sd[k].shape)} in the {what}")
+            raise ValueError(
+                f"parameter {k!r} has shape {tuple(v.shape)} in the base but "
+                f"{tuple(other_sd[k].shape)} in the {what}"
+            )
 
 
-def amaris_merge(base_sd: dict, specialist_sd: dict, spec_moments: dict, base_moments: dict,
-                 config: AmarisConfig | None = None) -> tuple[dict, AmarisReport]:
+def amaris_merge(
+    base_sd: dict,
+    specialist_sd: dict,
+    spec_moments: dict,
+    base_moments: dict,
+    config: AmarisConfig | None = None,
+) -> tuple[dict, AmarisReport]:
     """Merge a specialist into its base (pure function over ``state_dict`` s).
 
     For every gated module ``m`` (``m.weight`` 2-D, moments given): :math:`W_m = W_b + \\alpha G \\Delta W`
@@ -357,16 +403,26 @@ def amaris_merge(base_sd: dict, specialist_sd: dict, spec_moments: dict, base_mo
         wb, ws = base_sd[f"{m}.weight"], specialist_sd[f"{m}.weight"]
         if wb.dim() != 2:
             raise ValueError(f"parameter '{m}.weight' must be 2-D to be gated, got shape {tuple(wb.shape)}")
-        for what, t in ((f"specialist '{m}.weight'", ws), (f"spec_moments[{m!r}]", spec_moments[m]),
-                        (f"base_moments[{m!r}]", base_moments[m])):
+        for what, t in (
+            (f"specialist '{m}.weight'", ws),
+            (f"spec_moments[{m!r}]", spec_moments[m]),
+            (f"base_moments[{m!r}]", base_moments[m]),
+        ):
             if not isinstance(t, torch.Tensor) or t.is_meta:
                 raise ValueError(f"{what} must be a tensor with data")
             if not bool(torch.isfinite(t).all()):
                 raise ValueError(f"{what} contains NaN or inf")
         delta = ws.double() - wb.double()
         max_rank = min(math.ceil(config.max_rank_frac * delta.shape[0]), delta.shape[0])
-        Q, stats = amaris_gate(delta, spec_moments[m], base_moments[m], config.budget, max_rank, config.eps_rel,
-                               config.global_lambda if config.mode == "global" else None)
+        Q, stats = amaris_gate(
+            delta,
+            spec_moments[m],
+            base_moments[m],
+            config.budget,
+            max_rank,
+            config.eps_rel,
+            config.global_lambda if config.mode == "global" else None,
+        )
         gates[m] = Q
         report.layers[m] = {k: v for k, v in stats.items() if k != "all_lambdas"}
     merged = {}
@@ -385,8 +441,15 @@ def amaris_merge(base_sd: dict, specialist_sd: dict, spec_moments: dict, base_mo
     return merged, report
 
 
-def merge_state_dicts(base_sd: dict, specialist_sds: Sequence[dict], merge_fn: Callable, weights: Sequence[float],
-                      keys: Iterable[str] | None = None, seed: int | None = None, **kwargs: Any) -> dict:
+def merge_state_dicts(
+    base_sd: dict,
+    specialist_sds: Sequence[dict],
+    merge_fn: Callable,
+    weights: Sequence[float],
+    keys: Iterable[str] | None = None,
+    seed: int | None = None,
+    **kwargs: Any,
+) -> dict:
     """Apply a peft merge function to every floating tensor's task vectors:
     :math:`W = W_b + \\mathrm{fn}([W_i - W_b]_i, w, \\ldots)`.
 
@@ -401,7 +464,9 @@ def merge_state_dicts(base_sd: dict, specialist_sds: Sequence[dict], merge_fn: C
         _check_pair(base_sd, sd)
     w = torch.tensor(list(weights), dtype=torch.float32)
     if w.shape != (len(specialist_sds),):
-        raise ValueError(f"weights must have one entry per specialist ({len(specialist_sds)}), got {list(weights)}")
+        raise ValueError(
+            f"weights must have one entry per specialist ({len(specialist_sds)}), got {list(weights)}"
+        )
     selected = set(base_sd if keys is None else keys)
     out = {}
     with torch.random.fork_rng(devices=[]):
@@ -416,35 +481,59 @@ def merge_state_dicts(base_sd: dict, specialist_sds: Sequence[dict], merge_fn: C
     return out
 
 
-def task_arithmetic_merge(base_sd: dict, specialists: Sequence[dict], alphas: Sequence[float], keys=None) -> dict:
+def task_arithmetic_merge(
+    base_sd: dict, specialists: Sequence[dict], alphas: Sequence[float], keys=None
+) -> dict:
     """:math:`W_b + \\sum_i \\alpha_i (W_i - W_b)` through ``peft.utils.merge_utils.task_arithmetic``."""
     from peft.utils.merge_utils import task_arithmetic
 
     return merge_state_dicts(base_sd, specialists, task_arithmetic, alphas, keys=keys)
 
 
-def ties_merge(base_sd: dict, specialists: Sequence[dict], density: float, alpha: float, sign: str = "total",
-               keys=None) -> dict:
+def ties_merge(
+    base_sd: dict, specialists: Sequence[dict], density: float, alpha: float, sign: str = "total", keys=None
+) -> dict:
     """TIES through ``peft.utils.merge_utils.ties`` (per-tensor trimming, peft's convention)."""
     from peft.utils.merge_utils import ties
 
     check_float("density", density, 0.0, 1.0, low_open=True)
-    return merge_state_dicts(base_sd, specialists, ties, [alpha] * len(specialists), keys=keys, density=density,
-                             majority_sign_method=sign)
+    return merge_state_dicts(
+        base_sd,
+        specialists,
+        ties,
+        [alpha] * len(specialists),
+        keys=keys,
+        density=density,
+        majority_sign_method=sign,
+    )
 
 
-def dare_merge(base_sd: dict, specialists: Sequence[dict], drop_p: float, alpha: float, seed: int, keys=None) -> dict:
+def dare_merge(
+    base_sd: dict, specialists: Sequence[dict], drop_p: float, alpha: float, seed: int, keys=None
+) -> dict:
     """DARE through ``peft.utils.merge_utils.dare_linear`` (``density = 1 - drop_p``)."""
     from peft.utils.merge_utils import dare_linear
 
     check_float("drop_p", drop_p, 0.0, 1.0, high_open=True)
-    return merge_state_dicts(base_sd, specialists, dare_linear, [alpha] * len(specialists), keys=keys, seed=seed,
-                             density=1.0 - drop_p)
+    return merge_state_dicts(
+        base_sd,
+        specialists,
+        dare_linear,
+        [alpha] * len(specialists),
+        keys=keys,
+        seed=seed,
+        density=1.0 - drop_p,
+    )
 
 
 # ----------------------------------------------------------------------------------- LoRA
-def amaris_merge_lora(peft_model: torch.nn.Module, spec_moments: dict, base_moments: dict,
-                      config: AmarisConfig | None = None, adapter: str = "default") -> tuple[dict, AmarisReport]:
+def amaris_merge_lora(
+    peft_model: torch.nn.Module,
+    spec_moments: dict,
+    base_moments: dict,
+    config: AmarisConfig | None = None,
+    adapter: str = "default",
+) -> tuple[dict, AmarisReport]:
     """Merge a peft LoRA specialist into its base weights with AMARIS.
 
     For every LoRA-wrapped linear module, :math:`\\Delta W` is peft's ``get_delta_weight(adapter)``.
@@ -466,7 +555,7 @@ def amaris_merge_lora(peft_model: torch.nn.Module, spec_moments: dict, base_mome
         plain = name
         for prefix in ("base_model.model.",):
             if plain.startswith(prefix):
-                plain = plain[len(prefix):]
+                plain = plain[len(prefix) :]
         if plain not in spec_moments or plain not in base_moments:
             raise KeyError(f"no activation moments for LoRA module {plain!r}")
         w = module.get_base_layer().weight.detach()

@@ -1,19 +1,36 @@
-"""AMPS: instance-aware modality-preference steering scaled by a functional-entropy Modality Contribution Ratio.
+r"""AMPS: instance-aware modality-preference steering scaled by a functional-entropy Modality Contribution Ratio.
 
-Paper (seed 004_01f475bc147a144d, abstract "Multimodal Large Language Models (MLLMs) often ...",
-arXiv 2602.12533): a fixed modality-steering vector added with one global strength either fails on
-stubborn samples or breaks generation on sensitive ones; AMPS measures per sample how much each
-modality contributes (functional entropy of the output under Gaussian perturbations of that
-modality's embeddings, Gat et al. 2020, arXiv 2010.10802) and scales the steering strength by it.
+Paper
+-----
+AMPS, instance-aware modality-preference steering (arXiv 2602.12533); seed file ``004_01f475bc147a144d.txt``,
+abstract beginning "Multimodal Large Language Models (MLLMs) often". A fixed modality-steering vector added
+with one global strength either fails on stubborn samples or breaks generation on sensitive ones; AMPS
+measures per sample how much each modality contributes (functional entropy of the output under Gaussian
+perturbations of that modality's embeddings, Gat et al. 2020, arXiv 2010.10802) and scales the steering
+strength by it. Public: the abstract and public summaries, the functional-entropy framework of Gat et al. and
+the MC^2 steering baseline. Inferred: the scaling form and the module architecture (marked below).
 
+Math
+----
 .. math::
-    \\mathrm{Ent}_\\mu(f) = \\mathbb{E}[f \\log f] - \\mathbb{E}[f] \\log \\mathbb{E}[f], \\qquad
-    \\mathrm{MCR}_v = \\frac{\\mathrm{Ent}_v}{\\mathrm{Ent}_v + \\mathrm{Ent}_t}, \\qquad
-    \\alpha_b = \\alpha_{max}\\,(1 - \\mathrm{MCR}^{target}_b)^{\\gamma},
+    \mathrm{Ent}_\mu(f) = \mathbb{E}[f \log f] - \mathbb{E}[f] \log \mathbb{E}[f], \qquad
+    \mathrm{MCR}_v = \frac{\mathrm{Ent}_v}{\mathrm{Ent}_v + \mathrm{Ent}_t}, \qquad
+    \alpha_b = \alpha_{max}\,(1 - \mathrm{MCR}^{target}_b)^{\gamma},
 
-and the hidden state at layer :math:`l` becomes :math:`h_l + \\alpha_b v_l` (the scaling form and
+and the hidden state at layer :math:`l` becomes :math:`h_l + \alpha_b v_l` (the scaling form and
 the module architecture are inferred; the paper's were not available). Hooks sit on
 ``model.model.layers[l]``, the standard Llama-family module tree, so any such model is steered.
+
+Shapes
+------
+- :func:`modality_contributions`: ``inputs_embeds [B, L, d]``, ``modality_masks`` name -> ``[B, L]``
+  (bool), ``forward_fn``: ``[B, L, d] -> [B, V]`` answer logits -> name -> ``[B]`` functional entropies.
+- :func:`functional_entropy`: samples ``[..., S, ...]`` -> the same with ``dim`` reduced.
+- :func:`modality_contribution_ratio`, :func:`amps_scale`: ``[B]`` -> ``[B]``.
+- :func:`steering_vector`: ``h_pos [N_+, d]``, ``h_neg [N_-, d]`` -> ``v [d]``.
+- :class:`ActivationSteerer`: ``vector [d]``, ``alpha`` scalar or ``[B]``, ``prompt_lengths [B]``; the
+  steered layer output keeps its shape ``[B, L, d]``.
+- :class:`AdaptiveScaleNet`: ``pooled_hidden [B, d_model]`` -> ``[B]``.
 """
 
 from __future__ import annotations
@@ -60,20 +77,30 @@ def functional_entropy(values: torch.Tensor, dim: int = -1, eps: float = 1e-12) 
     if not bool(torch.isfinite(values).all()):
         raise ValueError("values contains NaN or inf")
     if values.shape[dim] < 2:
-        raise ValueError(f"functional_entropy needs at least 2 samples along dim {dim}, got {values.shape[dim]}")
+        raise ValueError(
+            f"functional_entropy needs at least 2 samples along dim {dim}, got {values.shape[dim]}"
+        )
     if (values < 0).any():
         raise ValueError("values must be non-negative")
     v = values.double()
     flogf = torch.where(v > 0, v * torch.log(v.clamp_min(eps)), torch.zeros_like(v))
     mean = v.mean(dim)
-    ent = flogf.mean(dim) - torch.where(mean > 0, mean * torch.log(mean.clamp_min(eps)), torch.zeros_like(mean))
+    ent = flogf.mean(dim) - torch.where(
+        mean > 0, mean * torch.log(mean.clamp_min(eps)), torch.zeros_like(mean)
+    )
     return ent.clamp_min(0.0)
 
 
-def modality_contributions(forward_fn: Callable[[torch.Tensor], torch.Tensor], inputs_embeds: torch.Tensor,
-                           modality_masks: dict[str, torch.Tensor], sigma_rel: float = 0.1, num_samples: int = 16,
-                           f: str = "prob", generator: torch.Generator | None = None,
-                           exclusive: bool = True) -> dict[str, torch.Tensor]:
+def modality_contributions(
+    forward_fn: Callable[[torch.Tensor], torch.Tensor],
+    inputs_embeds: torch.Tensor,
+    modality_masks: dict[str, torch.Tensor],
+    sigma_rel: float = 0.1,
+    num_samples: int = 16,
+    f: str = "prob",
+    generator: torch.Generator | None = None,
+    exclusive: bool = True,
+) -> dict[str, torch.Tensor]:
     """Functional entropy of the answer under Gaussian perturbation of each modality's embeddings.
 
     Parameters
@@ -123,7 +150,9 @@ def modality_contributions(forward_fn: Callable[[torch.Tensor], torch.Tensor], i
     with torch.no_grad():
         clean = torch.log_softmax(forward_fn(inputs_embeds).double(), -1)  # (B, V)
         if not bool(torch.isfinite(clean).all()):
-            raise ValueError("forward_fn returned NaN/inf logits for inputs_embeds (too large for the model?)")
+            raise ValueError(
+                "forward_fn returned NaN/inf logits for inputs_embeds (too large for the model?)"
+            )
         pred = clean.argmax(-1)
         out = {}
         for name, m in modality_masks.items():
@@ -156,7 +185,9 @@ def modality_contribution_ratio(contribs: dict[str, torch.Tensor], target: str) 
 def steering_vector(h_pos: torch.Tensor, h_neg: torch.Tensor, normalize: bool = True) -> torch.Tensor:
     """Difference of means :math:`v = \\bar h_{+} - \\bar h_{-}` of (N, d) hidden states (unit norm if asked)."""
     if h_pos.dim() != 2 or h_neg.dim() != 2 or h_pos.shape[1] != h_neg.shape[1]:
-        raise ValueError(f"h_pos and h_neg must be (N, d) with one d, got {tuple(h_pos.shape)} and {tuple(h_neg.shape)}")
+        raise ValueError(
+            f"h_pos and h_neg must be (N, d) with one d, got {tuple(h_pos.shape)} and {tuple(h_neg.shape)}"
+        )
     v = h_pos.mean(0) - h_neg.mean(0)
     return v / v.norm().clamp_min(1e-12) if normalize else v
 
@@ -176,8 +207,15 @@ class ActivationSteerer(contextlib.AbstractContextManager):
         decoding steps with a KV cache are always steered); ``all``: every position.
     """
 
-    def __init__(self, model: nn.Module, layer: int, vector: torch.Tensor, alpha: float | torch.Tensor,
-                 positions: str = "generation", prompt_lengths: torch.Tensor | None = None):
+    def __init__(
+        self,
+        model: nn.Module,
+        layer: int,
+        vector: torch.Tensor,
+        alpha: float | torch.Tensor,
+        positions: str = "generation",
+        prompt_lengths: torch.Tensor | None = None,
+    ):
         layers = model.model.layers
         check_int("layer", layer, 0, len(layers) - 1)
         check_choice("positions", positions, ("generation", "all"))
@@ -213,7 +251,9 @@ class ActivationSteerer(contextlib.AbstractContextManager):
             self.handle = None
 
 
-def amps_scale(mcr_target: torch.Tensor, alpha_max: float, gamma: float = 1.0, scaling: str = "mcr_deficit") -> torch.Tensor:
+def amps_scale(
+    mcr_target: torch.Tensor, alpha_max: float, gamma: float = 1.0, scaling: str = "mcr_deficit"
+) -> torch.Tensor:
     """Per-sample steering strength from the target modality's MCR.
 
     ``mcr_deficit``: :math:`\\alpha_{max}(1 - \\mathrm{MCR})^{\\gamma}` (non-increasing in MCR);
@@ -228,7 +268,12 @@ def amps_scale(mcr_target: torch.Tensor, alpha_max: float, gamma: float = 1.0, s
 
 
 class AdaptiveScaleNet(nn.Module):
-    """Learned scale :math:`g_\\phi(h) = \\alpha_{max}\\,\\sigma(\\mathrm{MLP}(h)) \\in [0, \\alpha_{max}]`."""
+    """Learned scale :math:`g_\\phi(h) = \\alpha_{max}\\,\\sigma(\\mathrm{MLP}(h)) \\in [0, \\alpha_{max}]`.
+
+    Shapes
+    ------
+    ``pooled_hidden``: ``[B, d_model]`` -> ``[B]``; :meth:`fit` also takes ``alpha_targets`` ``[B]``.
+    """
 
     def __init__(self, d_model: int, alpha_max: float, hidden: int = 64):
         super().__init__()
@@ -240,8 +285,14 @@ class AdaptiveScaleNet(nn.Module):
     def forward(self, pooled_hidden: torch.Tensor) -> torch.Tensor:
         return self.alpha_max * torch.sigmoid(self.net(pooled_hidden.float()))[..., 0]
 
-    def fit(self, pooled_hidden: torch.Tensor, alpha_targets: torch.Tensor, steps: int = 500, lr: float = 1e-3,
-            seed: int = 0) -> list[float]:
+    def fit(
+        self,
+        pooled_hidden: torch.Tensor,
+        alpha_targets: torch.Tensor,
+        steps: int = 500,
+        lr: float = 1e-3,
+        seed: int = 0,
+    ) -> list[float]:
         """Distil MCR-derived strengths (MSE); full-batch Adam, seeded."""
         check_int("steps", steps, low=1)
         check_float("lr", lr, 0.0, low_open=True)
@@ -256,4 +307,3 @@ class AdaptiveScaleNet(nn.Module):
             opt.step()
             losses.append(float(loss.detach()))
         return losses
-

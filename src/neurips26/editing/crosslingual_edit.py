@@ -1,26 +1,44 @@
-"""The cross-lingual edit propagation gap: closed-form decomposition, residual-prediction barrier and
+r"""The cross-lingual edit propagation gap: closed-form decomposition, residual-prediction barrier and
 contrastive key-space realignment.
 
-Paper (seed 000_f8b4140a0e3b5d84, abstract "Transformer-based autoregressive multilingual language
-models (LMs) ..."): locate-then-edit updates written from a source-language prompt fail to carry over
+Paper
+-----
+Cross-lingual edit propagation gap (NeurIPS 2026 submission; title not public); seed file
+``000_f8b4140a0e3b5d84.txt``, abstract beginning "Transformer-based autoregressive multilingual language
+models (LMs)". Claims of the abstract: locate-then-edit updates written from a source-language prompt fail to carry over
 to other languages; the gap splits exactly into key-space propagation, parallel residual mismatch and
 an orthogonal residual that dominates; predicting the target residual from source statistics faces a
 barrier; contrastive alignment of source/target keys improves key-space propagation but only partly
-improves transfer.
+improves transfer. Public: only the abstract (no version of the paper was found). Inferred (spec
+``shared/specs/crosslingual_edit.md``): the exact form of the decomposition below, the ridge predictor of
+the barrier and the InfoNCE form of the realignment.
 
-For an editor update :math:`\\Delta W = R_s \\Phi` (ROME, MEMIT, AlphaEdit in
+Math
+----
+For an editor update :math:`\Delta W = R_s \Phi` (ROME, MEMIT, AlphaEdit in
 :mod:`neurips26.editing.editors`), request :math:`i` with source key :math:`k_s`, target key
 :math:`k_t`, source residual :math:`r_s` and the residual the target language needs :math:`r_t`,
-let :math:`U` be an orthonormal basis of :math:`\\mathrm{span}(R_s)` and
+let :math:`U` be an orthonormal basis of :math:`\mathrm{span}(R_s)` and
 
 .. math::
-    g = r_t - \\Delta W k_t = \\underbrace{(r_s - \\Delta W k_t)}_{e_{key}}
-      + \\underbrace{(U U^\\top r_t - r_s)}_{e_{par}}
-      + \\underbrace{(I - U U^\\top) r_t}_{e_{orth}},
-    \\qquad \\lVert g\\rVert^2 = \\lVert e_{key} + e_{par}\\rVert^2 + \\lVert e_{orth}\\rVert^2 .
+    g = r_t - \Delta W k_t = \underbrace{(r_s - \Delta W k_t)}_{e_{key}}
+      + \underbrace{(U U^\top r_t - r_s)}_{e_{par}}
+      + \underbrace{(I - U U^\top) r_t}_{e_{orth}},
+    \qquad \lVert g\rVert^2 = \lVert e_{key} + e_{par}\rVert^2 + \lVert e_{orth}\rVert^2 .
 
-:math:`e_{key} = e_{fit} + e_{prop}` with :math:`e_{fit} = r_s - \\Delta W k_s` (source under-fit)
-and :math:`e_{prop} = \\Delta W (k_s - k_t)` (propagation loss).
+:math:`e_{key} = e_{fit} + e_{prop}` with :math:`e_{fit} = r_s - \Delta W k_s` (source under-fit)
+and :math:`e_{prop} = \Delta W (k_s - k_t)` (propagation loss).
+
+Shapes
+------
+- :func:`decompose_gaps`: keys ``K_s``, ``K_t`` ``[d_k, n]``; residuals ``R_t``, ``R_s`` ``[d_v, n]``;
+  ``C0`` ``[d_k, d_k]`` -> :class:`GapDecomposition`: vector terms ``[d_v, n]``, scalar fields ``[n]``.
+- :func:`decompose_gap`: ``k_s``, ``k_t`` ``[d_k]``, ``r_t`` ``[d_v]`` for one request -> vector terms
+  ``[d_v]``, scalars.
+- :func:`residual_prediction_barrier`: ``R_s_train``, ``R_t_train`` ``[d_v, n_train]``, ``R_s_test``,
+  ``R_t_test`` ``[d_v, n_test]`` -> ``M [d_v, d_v]``, ``b [d_v]``, ``R_t_hat [d_v, n_test]`` and scores.
+- :func:`contrastive_align`: normalised keys ``Z_s``, ``Z_t`` ``[n_batch, d_k]`` at the edit site
+  (columns of ``K`` above, transposed); per-step loss lists out.
 """
 
 from __future__ import annotations
@@ -124,8 +142,14 @@ def _span_basis(R: torch.Tensor, rtol: float = 1e-6) -> torch.Tensor:
     return U[:, S > rtol * S[0]]
 
 
-def decompose_gaps(update: EditUpdate, K_s: torch.Tensor, K_t: torch.Tensor, R_t: torch.Tensor,
-                   C0: torch.Tensor | None = None, R_s: torch.Tensor | None = None) -> GapDecomposition:
+def decompose_gaps(
+    update: EditUpdate,
+    K_s: torch.Tensor,
+    K_t: torch.Tensor,
+    R_t: torch.Tensor,
+    C0: torch.Tensor | None = None,
+    R_s: torch.Tensor | None = None,
+) -> GapDecomposition:
     """Decompose the target-language gap of every request of ``update`` (float64).
 
     Parameters
@@ -179,12 +203,19 @@ def decompose_gaps(update: EditUpdate, K_s: torch.Tensor, K_t: torch.Tensor, R_t
         cos_C = (K_s * b).sum(0) / ((K_s * a).sum(0) * (K_t * b).sum(0)).sqrt()
     else:
         cos_C = torch.full((n,), float("nan"), dtype=torch.float64)
-    return GapDecomposition(gap, e_key, e_fit, e_prop, e_par, e_orth, alpha, cos_C, f_orth, f_inspan,
-                            gap_norm2, rel, ident)
+    return GapDecomposition(
+        gap, e_key, e_fit, e_prop, e_par, e_orth, alpha, cos_C, f_orth, f_inspan, gap_norm2, rel, ident
+    )
 
 
-def decompose_gap(update: EditUpdate, i: int, k_s: torch.Tensor, k_t: torch.Tensor, r_t: torch.Tensor,
-                  C0: torch.Tensor | None = None) -> GapDecomposition:
+def decompose_gap(
+    update: EditUpdate,
+    i: int,
+    k_s: torch.Tensor,
+    k_t: torch.Tensor,
+    r_t: torch.Tensor,
+    C0: torch.Tensor | None = None,
+) -> GapDecomposition:
     """Decomposition for request ``i`` of ``update`` (its column of ``update.R_s``); vectors (d_v,)."""
     if not isinstance(update, EditUpdate):
         raise TypeError(f"update must be an EditUpdate, got {type(update).__name__}")
@@ -193,7 +224,9 @@ def decompose_gap(update: EditUpdate, i: int, k_s: torch.Tensor, k_t: torch.Tens
     d_v, d_k = update.delta_W.shape
     for name, x, size in (("k_s", k_s, d_k), ("k_t", k_t, d_k), ("r_t", r_t, d_v)):
         if not isinstance(x, torch.Tensor) or x.is_meta:
-            raise ValueError(f"{name} must be a tensor with data, got {getattr(x, 'device', type(x).__name__)}")
+            raise ValueError(
+                f"{name} must be a tensor with data, got {getattr(x, 'device', type(x).__name__)}"
+            )
         if x.dtype == torch.bool or x.is_complex():
             raise TypeError(f"{name} must be a real-valued tensor, got {x.dtype}")
         if tuple(x.shape) != (size,):
@@ -212,8 +245,13 @@ def decompose_gap(update: EditUpdate, i: int, k_s: torch.Tensor, k_t: torch.Tens
     return decompose_gaps(update, K_s, K_t, R_t, C0).column(i)
 
 
-def residual_prediction_barrier(R_s_train: torch.Tensor, R_t_train: torch.Tensor, R_s_test: torch.Tensor,
-                                R_t_test: torch.Tensor, ridge: float | None = None) -> dict[str, Any]:
+def residual_prediction_barrier(
+    R_s_train: torch.Tensor,
+    R_t_train: torch.Tensor,
+    R_s_test: torch.Tensor,
+    R_t_test: torch.Tensor,
+    ridge: float | None = None,
+) -> dict[str, Any]:
     """How well source-only residual statistics predict the target residuals.
 
     Fits :math:`\\hat r_t = M r_s + b` by ridge regression on training requests,
@@ -238,8 +276,10 @@ def residual_prediction_barrier(R_s_train: torch.Tensor, R_t_train: torch.Tensor
     Rs, Rt, Ss, St = mats
     d_v = Rs.shape[0]
     if Rs.shape != Rt.shape or Ss.shape != St.shape or Ss.shape[0] != d_v or Rs.dim() != 2:
-        raise ValueError("train and test residuals must be (d_v, n) with matching source/target shapes, got "
-                         f"{[tuple(x.shape) for x in mats]}")
+        raise ValueError(
+            "train and test residuals must be (d_v, n) with matching source/target shapes, got "
+            f"{[tuple(x.shape) for x in mats]}"
+        )
     if Rs.shape[1] < 2 or Ss.shape[1] < 1:
         raise ValueError("need at least 2 training and 1 test request")
     mu_s, mu_t = Rs.mean(1, keepdim=True), Rt.mean(1, keepdim=True)
@@ -260,7 +300,14 @@ def residual_prediction_barrier(R_s_train: torch.Tensor, R_t_train: torch.Tensor
     orth = St - u * (u * St).sum(0)
     orth_hat = pred - u * (u * pred).sum(0)
     rel = float(((St - pred).norm(dim=0) / St.norm(dim=0).clamp_min(1e-300)).mean())
-    return {"r2": r2(St, pred), "r2_orth": r2(orth, orth_hat), "rel_err": rel, "M": M, "b": b, "R_t_hat": pred}
+    return {
+        "r2": r2(St, pred),
+        "r2_orth": r2(orth, orth_hat),
+        "rel_err": rel,
+        "M": M,
+        "b": b,
+        "R_t_hat": pred,
+    }
 
 
 def contrastive_align(
@@ -320,7 +367,9 @@ def contrastive_align(
         pos = torch.tensor([r.subject_last for r in reqs], device=device)
         with site.record_inputs() as store:
             model(input_ids=ids.to(device), attention_mask=mask.to(device))
-        return torch.nn.functional.normalize(store[0][torch.arange(len(reqs), device=device), pos].float(), dim=-1)
+        return torch.nn.functional.normalize(
+            store[0][torch.arange(len(reqs), device=device), pos].float(), dim=-1
+        )
 
     was_training = model.training
     model.train()
@@ -330,8 +379,10 @@ def contrastive_align(
             zs, zt = keys_of([src[i] for i in idx]), keys_of([tgt[i] for i in idx])
             logits = zs @ zt.T / tau
             labels = torch.arange(len(idx), device=device)
-            nce = 0.5 * (torch.nn.functional.cross_entropy(logits, labels)
-                         + torch.nn.functional.cross_entropy(logits.T, labels))
+            nce = 0.5 * (
+                torch.nn.functional.cross_entropy(logits, labels)
+                + torch.nn.functional.cross_entropy(logits.T, labels)
+            )
             loss = nce
             keep = torch.zeros(())
             if keep_batches and beta > 0:
