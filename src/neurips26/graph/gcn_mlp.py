@@ -1,39 +1,55 @@
-"""GCN-MLP: augmentation-free, negative-free graph contrastive learning with a GCN and an MLP view.
+r"""GCN-MLP: augmentation-free, negative-free graph contrastive learning with a GCN and an MLP view.
 
-Paper: "Less is More: Towards Simple Graph Contrastive Learning" (arXiv 2509.25742, ICLR 2026 per a
+Paper
+-----
+"Less is More: Towards Simple Graph Contrastive Learning" (arXiv 2509.25742, ICLR 2026 per a
 notes page); registry seed ``000_f8b4140a0e3b5d84.txt``, paragraph beginning "Graph Contrastive
-Learning (GCL) has shown".
+Learning (GCL) has shown". Public: the paper's abstract and method outline (two views, no augmentation,
+no negatives). Inferred: the anti-collapse term of the objective and the homophilic variant's propagation
+(marked below).
 
+Math
+----
 Two encoders read the same graph differently. The *structural view* is a GCN,
 
 .. math::
-    Z_G = \\mathrm{GCN}_\\theta(X_s, \\hat A), \\qquad
-    \\hat A = D^{-1/2}(A + I)D^{-1/2},
+    Z_G = \mathrm{GCN}_\theta(X_s, \hat A), \qquad
+    \hat A = D^{-1/2}(A + I)D^{-1/2},
 
 whose aggregation averages a node's feature noise with its neighbours' (and injects topology); the
-*feature view* is an MLP on the node's own features, :math:`Z_M = \\mathrm{MLP}_\\psi(X)`. Because
+*feature view* is an MLP on the node's own features, :math:`Z_M = \mathrm{MLP}_\psi(X)`. Because
 the noise in the two views is only weakly correlated, aligning them per node keeps the shared
 (class) signal. No augmentation and no negatives are used. Both views are standardised per
-dimension over nodes, :math:`\\tilde Z = (Z - \\bar Z)/\\sigma(Z)`, and the default objective
+dimension over nodes, :math:`\tilde Z = (Z - \bar Z)/\sigma(Z)`, and the default objective
 (``loss="cca"``; the paper's exact anti-collapse term is not public, this CCA-SSG-style
 instantiation is inferred) is
 
 .. math::
-    \\mathcal L = \\frac1N \\|\\tilde Z_G - \\tilde Z_M\\|_F^2
-    + \\lambda \\Big( \\big\\|\\tfrac1N \\tilde Z_G^\\top \\tilde Z_G - I\\big\\|_F^2
-    + \\big\\|\\tfrac1N \\tilde Z_M^\\top \\tilde Z_M - I\\big\\|_F^2 \\Big).
+    \mathcal L = \frac1N \|\tilde Z_G - \tilde Z_M\|_F^2
+    + \lambda \Big( \big\|\tfrac1N \tilde Z_G^\top \tilde Z_G - I\big\|_F^2
+    + \big\|\tfrac1N \tilde Z_M^\top \tilde Z_M - I\big\|_F^2 \Big).
 
 ``loss="bootstrap"`` replaces it with a predictor and stop-gradient (no EMA target), and
 ``loss="cosine"`` is plain alignment, kept for the collapse ablation. The heterophilic embedding is
 ``H = [Z_G || Z_M]`` (``variant="concat"``); the homophilic variant (``variant="gcn"``) returns
 ``Z_G`` from a structural view that first propagates ``propagation_k`` SGC-style hops
-:math:`\\hat A^k X` (inferred instantiation of the paper's homophilic variant).
+:math:`\hat A^k X` (inferred instantiation of the paper's homophilic variant).
 
 Baselines measured in the same harness: :class:`GRACE` (edge dropping + feature masking, InfoNCE
 with intra- and inter-view negatives), :class:`BGRL` (two augmentations, EMA target, predictor) and
 DGI (PyG's :class:`~torch_geometric.nn.models.DeepGraphInfomax`, built by :func:`dgi`).
 Cost per GCN-MLP epoch is :math:`O(|E| d + N d^2)`: one sparse GCN pass, one MLP pass and two
-:math:`d \\times d` covariances, versus :math:`O(N^2 d)` for GRACE's similarity matrices.
+:math:`d \times d` covariances, versus :math:`O(N^2 d)` for GRACE's similarity matrices.
+
+Shapes
+------
+- :class:`GCNMLP`: ``x [N, F]``, ``edge_index [2, E]`` (or a sparse ``[N, N]`` adjacency), optional
+  ``edge_weight [E]`` -> ``(z_gcn [N, out], z_mlp [N, out])``; :meth:`GCNMLP.embed` -> ``[N, 2 * out]``
+  (``variant="concat"``) or ``[N, out]`` (``"gcn"``).
+- :func:`structural_features`: ``edge_index [2, E]`` -> ``X_s [N, dim]``.
+- :func:`standardize`: ``[N, d] -> [N, d]``; :func:`cca_loss`: ``z_gcn``, ``z_mlp`` ``[N, d]`` -> scalar.
+- :class:`GRACE`, :class:`BGRL`, :func:`dgi`, :func:`embed_nodes`: ``x [N, F]``, ``edge_index [2, E]`` ->
+  embeddings ``[N, out_channels]``.
 """
 
 from __future__ import annotations
@@ -389,7 +405,10 @@ class GRACE(nn.Module):
     Views use edge dropping (``p_edge``) and feature-column masking (``p_feat``). Cost per epoch is
     :math:`O(N^2 d)` in time and :math:`O(N^2)` in memory (the similarity matrices).
 
-    Shapes: ``x [N, F]``, ``edge_index [2, E]`` -> :meth:`embed` ``[N, out_channels]``.
+    Shapes
+    ------
+    - input: ``x [N, F]``, ``edge_index [2, E]``, optional ``edge_weight [E]``
+    - :meth:`forward`, :meth:`embed`: ``[N, out_channels]``
     """
 
     def __init__(
@@ -446,7 +465,10 @@ class BGRL(nn.Module):
     Encoder: 2-layer GCN with batch norm and PReLU; predictor: 2-layer MLP. Call
     :meth:`update_target` after every optimiser step (``train_unsupervised`` does).
 
-    Shapes: ``x [N, F]``, ``edge_index [2, E]`` -> :meth:`embed` ``[N, out_channels]``.
+    Shapes
+    ------
+    - input: ``x [N, F]``, ``edge_index [2, E]``, optional ``edge_weight [E]``
+    - :meth:`forward`, :meth:`embed`: ``[N, out_channels]``
     """
 
     def __init__(

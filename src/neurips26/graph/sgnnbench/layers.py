@@ -87,7 +87,10 @@ class GCNPropagation(MessagePassing):
     (float64 stays float64). Every hop is reported to the energy counter with its input (hop 1 on
     spikes is accumulate-only; later hops are real-valued).
 
-    Shapes: ``x [N, F]``, ``edge_index [2, E]`` -> ``[N, F]``.
+    Shapes
+    ------
+    ``x [N, F]``, ``edge_index [2, E]`` (or a sparse ``[N, N]`` adjacency), optional ``edge_weight [E]``
+    -> ``[N, F]``.
     """
 
     def __init__(self, K: int = 2, cached: bool = True) -> None:

@@ -227,7 +227,12 @@ def spikenet_lite(in_channels: int, hidden_channels: int = 128, out_channels: in
 
 
 class GCN(nn.Module):
-    """ANN baseline: PyG's 2-layer GCN (ReLU, dropout 0.5). Shapes: ``x [N, F]`` -> ``[N, C]``."""
+    """ANN baseline: PyG's 2-layer GCN (ReLU, dropout 0.5).
+
+    Shapes
+    ------
+    ``x [N, F]``, ``edge_index [2, E]``, optional ``edge_weight [E]`` -> logits ``[N, C]``.
+    """
 
     def __init__(
         self,
@@ -249,7 +254,12 @@ class GCN(nn.Module):
 
 
 class SGC(nn.Module):
-    """ANN baseline: PyG's ``SGConv`` (:math:`\\hat A^K x W`, K = 2, propagation cached per graph)."""
+    """ANN baseline: PyG's ``SGConv`` (:math:`\\hat A^K x W`, K = 2, propagation cached per graph).
+
+    Shapes
+    ------
+    ``x [N, F]``, ``edge_index [2, E]``, optional ``edge_weight [E]`` -> logits ``[N, out_channels]``.
+    """
 
     def __init__(self, in_channels: int, out_channels: int = 2, K: int = 2) -> None:
         super().__init__()

@@ -204,7 +204,11 @@ class IF(nn.Module):
 class LIF(IF):
     """Leaky integrate-and-fire: :math:`v \\leftarrow v + (I_t - (v - v_r))/\\tau`; ``tau = 1`` is memoryless.
 
-    Parameters as :class:`IF` plus ``tau >= 1`` (default 2.0). Shapes as :class:`IF`.
+    Parameters as :class:`IF` plus ``tau >= 1`` (default 2.0).
+
+    Shapes
+    ------
+    ``current [*]`` -> spikes ``[*]`` in ``{0, 1}`` (same dtype), as :class:`IF`.
     """
 
     def __init__(self, tau: float = 2.0, **kwargs) -> None:
@@ -221,7 +225,11 @@ class LIF(IF):
 class PLIF(LIF):
     """Parametric LIF: learnable :math:`\\tau = 1 + \\mathrm{softplus}(w)`, initialised at ``tau``.
 
-    Shapes as :class:`IF`; ``w`` is a scalar parameter shared by all nodes and channels.
+    ``w`` is a scalar parameter shared by all nodes and channels.
+
+    Shapes
+    ------
+    ``current [*]`` -> spikes ``[*]`` in ``{0, 1}`` (same dtype), as :class:`IF`.
     """
 
     def __init__(self, tau: float = 2.0, **kwargs) -> None:
