@@ -366,42 +366,58 @@ class HFChannel(Channel):
             )
         return prompt
 
-    def generate_batch(self, prompts: Sequence[str], *, seed: int) -> list[Sample]:
-        """One sampled completion per prompt (batched, left-padded), with token counts and cost."""
-        import torch
+    def generate_batch(self, prompts: Sequence[str], *, seed: int, n: int = 1) -> list[Sample]:
+        """``n`` sampled completions per prompt (batched, left-padded), prompt-major order.
 
+        With ``n > 1`` each prompt is prefilled once and its key/value cache is repeated ``n`` times
+        (``DynamicCache.batch_repeat_interleave``) before sampling, so the prompt is not recomputed per
+        sample. Every sample is charged the full prompt (``tokens_in``) as a separate API call would be.
+        """
+        import torch
+        from transformers import DynamicCache
+
+        check_int("n", n, low=1)
         out: list[Sample] = []
         old_side = getattr(self.codec, "padding_side", "left")
         self.codec.padding_side = "left"
+        per = max(1, self.batch_size // n)
         try:
-            for start in range(0, len(prompts), self.batch_size):
-                chunk = [self._encode(p) for p in prompts[start : start + self.batch_size]]
+            for start in range(0, len(prompts), per):
+                chunk = [self._encode(p) for p in prompts[start : start + per]]
                 enc = self.codec(chunk, return_tensors="pt", padding=True, add_special_tokens=not self.chat)
+                ids, mask = enc["input_ids"], enc["attention_mask"]
+                kwargs: dict[str, Any] = dict(
+                    do_sample=self.temperature > 0, max_new_tokens=self.max_new_tokens
+                )
+                if self.temperature > 0:
+                    kwargs.update(temperature=self.temperature, top_k=0, top_p=1.0)
                 with torch.random.fork_rng(devices=[]), torch.no_grad():
                     torch.manual_seed(seed + start)
-                    kwargs = dict(do_sample=self.temperature > 0, max_new_tokens=self.max_new_tokens)
-                    if self.temperature > 0:
-                        kwargs.update(temperature=self.temperature, top_k=0, top_p=1.0)
-                    gen = self.model.generate(**enc, pad_token_id=self.codec.pad_token_id, **kwargs)
-                new = gen[:, enc["input_ids"].shape[1] :]
-                lengths_in = enc["attention_mask"].sum(1).tolist()
-                eos = self.codec.eos_token_id
-                for row, t_in in zip(new, lengths_in):
-                    ids = row.tolist()
-                    if eos in ids:
-                        ids = ids[: ids.index(eos) + 1]
-                    text = self.codec.decode(ids, skip_special_tokens=True)
-                    t_out = len(ids)
-                    out.append(
-                        Sample(
-                            text,
-                            self.answer_parser(text),
-                            None,
-                            int(t_in),
-                            t_out,
-                            self.name,
-                            self.price(int(t_in), t_out),
+                    if n > 1 and ids.shape[1] > 1:
+                        cache = DynamicCache(config=self.model.config)
+                        self.model(
+                            input_ids=ids[:, :-1],
+                            attention_mask=mask[:, :-1],
+                            past_key_values=cache,
+                            use_cache=True,
                         )
+                        cache.batch_repeat_interleave(n)
+                        kwargs["past_key_values"] = cache
+                    ids, mask = ids.repeat_interleave(n, 0), mask.repeat_interleave(n, 0)
+                    gen = self.model.generate(
+                        input_ids=ids, attention_mask=mask, pad_token_id=self.codec.pad_token_id, **kwargs
+                    )
+                new = gen[:, ids.shape[1] :]
+                eos = self.codec.eos_token_id
+                for row, t_in in zip(new, mask.sum(1).tolist()):
+                    toks = row.tolist()
+                    if eos in toks:
+                        toks = toks[: toks.index(eos) + 1]
+                    text = self.codec.decode(toks, skip_special_tokens=True)
+                    t_out = len(toks)
+                    cost = self.price(int(t_in), t_out)
+                    out.append(
+                        Sample(text, self.answer_parser(text), None, int(t_in), t_out, self.name, cost)
                     )
         finally:
             self.codec.padding_side = old_side
@@ -411,7 +427,7 @@ class HFChannel(Channel):
         self, prompt: str, n: int, temperature: float, rng: np.random.Generator | None = None
     ) -> list[Sample]:
         seed = int(rng.integers(2**31 - 1)) if rng is not None else 0
-        return self.generate_batch([prompt] * n, seed=seed)
+        return self.generate_batch([prompt], seed=seed, n=n)
 
 
 class Judge:

@@ -174,6 +174,9 @@ def diversity_combining(
     check_int("n", n, low=1)
     check_choice("combine", combine, ("majority", "best", "weighted"))
     check_choice("weights", weights, ("judge", "logprob"))
+    weight_temperature = check_float("weight_temperature", weight_temperature, 0.0, low_open=True)
+    if not math.isfinite(weight_temperature):
+        raise ValueError("weight_temperature must be finite")
     led = _Ledger(judge, critic, rng)
     samples: list[Sample] = []
     for i in range(n):

@@ -293,7 +293,9 @@ class SemanticKNNRouter:
             raise RuntimeError("SemanticKNNRouter is not fitted; call fit(prompts, arms, Q, C) first")
 
     def _estimates(self, emb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        sims = emb @ self.E.T  # (n, M)
+        return self._from_sims(emb @ self.E.T)
+
+    def _from_sims(self, sims: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         k = self.k
         idx = np.argsort(-sims, axis=1, kind="stable")[:, :k]
         top = np.take_along_axis(sims, idx, axis=1)
@@ -306,6 +308,25 @@ class SemanticKNNRouter:
         q = np.einsum("nk,nka->na", w, self.Q[idx])
         c = np.einsum("nk,nka->na", w, self.C[idx])
         return q, c
+
+    def loo_estimates(self) -> tuple[np.ndarray, np.ndarray]:
+        """Leave-one-out ``(q_hat, c_hat)``, each (M, |A|), for the training prompts (self excluded).
+
+        Needs ``k <= M - 1``; used to choose ``k`` and the weighting on the training split only.
+        """
+        self._need_fit()
+        if self.k > len(self.E) - 1:
+            raise ValueError(f"leave-one-out needs k <= M - 1 = {len(self.E) - 1}, got {self.k}")
+        sims = self.E @ self.E.T
+        np.fill_diagonal(sims, -np.inf)
+        return self._from_sims(sims)
+
+    def loo_quality(self, lam: float = 0.0) -> float:
+        """Mean training quality ``Q[i, a_i]`` of the leave-one-out routing decisions at ``lam``."""
+        lam = self._lam(lam)
+        q, c = self.loo_estimates()
+        picks = [self._choose(q[i], c[i], lam, self.mask) for i in range(len(q))]
+        return float(np.mean(self.Q[np.arange(len(q)), picks]))
 
     def estimates(self, prompt: str) -> tuple[np.ndarray, np.ndarray]:
         """``(q_hat, c_hat)``, each of shape (|A|,), for one prompt."""
