@@ -1,21 +1,25 @@
-"""S3Former: sequence, shared pair-subgraph and online statistics for continuous-time dynamic link prediction.
+r"""S3Former: sequence, shared pair-subgraph and online statistics for continuous-time dynamic link prediction.
 
-Implements the method of the NeurIPS 2026 submission whose abstract begins "Continuous-time dynamic graphs
-model evolving systems" (seed ``000_f8b4140a0e3b5d84.txt``). No paper text or code is public; the forms
-below follow the spec (``shared/specs/s3former.md``), which fills gaps with DyGFormer, EdgeBank and
-SEAL-style labelling (marked *inferred* there).
+Paper
+-----
+S3Former (NeurIPS 2026 submission; full title not public); seed file ``000_f8b4140a0e3b5d84.txt``, abstract
+beginning "Continuous-time dynamic graphs model evolving systems". Public: only the abstract (no paper text
+or code). The forms below follow the spec (``shared/specs/s3former.md``), which fills the gaps with
+DyGFormer, EdgeBank and SEAL-style labelling (marked *inferred* there).
 
+Math
+----
 A candidate ``(u, v, t)`` is scored from state built only from events observed before the batch
 (:class:`CausalHistory`, :class:`OnlineStatMemory`); the batch's events are inserted afterwards.
 
-1. **Sequences.** For :math:`x \\in \\{u, v\\}` the last :math:`L_{long}` and :math:`L_{short}` events
-   :math:`(w_i, t_i, e_i)`. Token :math:`[\\mathrm{msg}_{e_i}, \\phi(t - t_i), \\mathrm{MLP}(c_u(w_i), c_v(w_i))]`
-   with :math:`\\phi` the fixed cosine encoder and :math:`c_x(w)` DyGFormer's co-occurrence counts of
+1. **Sequences.** For :math:`x \in \{u, v\}` the last :math:`L_{long}` and :math:`L_{short}` events
+   :math:`(w_i, t_i, e_i)`. Token :math:`[\mathrm{msg}_{e_i}, \phi(t - t_i), \mathrm{MLP}(c_u(w_i), c_v(w_i))]`
+   with :math:`\phi` the fixed cosine encoder and :math:`c_x(w)` DyGFormer's co-occurrence counts of
    :math:`w` in :math:`S(x)`. Long sequences are patched (``patch_size`` tokens per patch). One Transformer
    encoder runs over ``[long(u); short(u); long(v); short(v)]``; masked means give
-   :math:`h^{long}_x, h^{short}_x \\in \\mathbb R^d`.
-2. **Shared pair subgraph.** :math:`V_{uv} = \\{u, v\\} \\cup N_K(u) \\cup N_K(v)` (K most recent distinct
-   neighbours), edge weights :math:`w_{ab} = \\log(1 + c_{ab}) e^{-(t - \\tau_{ab}) / T}`; node labels
+   :math:`h^{long}_x, h^{short}_x \in \mathbb R^d`.
+2. **Shared pair subgraph.** :math:`V_{uv} = \{u, v\} \cup N_K(u) \cup N_K(v)` (K most recent distinct
+   neighbours), edge weights :math:`w_{ab} = \log(1 + c_{ab}) e^{-(t - \tau_{ab}) / T}`; node labels
    ``[is_u, is_v, log1p c(u,.), log1p c(v,.), common, hop_u one-hot(4), hop_v one-hot(4)]``; two dense GIN
    layers (PyG ``DenseGINConv``); readout ``[mean over common neighbours, mean over all, h_u, h_v]`` plus
    ``log1p`` #common neighbours, ``log1p`` #3-paths u-a-b-v and a decayed Adamic-Adar, mapped to
@@ -24,13 +28,13 @@ A candidate ``(u, v, t)`` is scored from state built only from events observed b
    ratio, never-seen flag``; pair: ``log1p c_uv, seen flag, log1p(t - t_last(u,v)), EMA intensity,
    c_uv / deg_u, c_uv / deg_v``; standardised with running moments fitted in training mode, then MLPs
    give :math:`m_x, m_{uv}`.
-4. **NodeCCF.** :math:`\\alpha_x = \\mathrm{softmax}(W_c [m_x, m_{uv}])` over
-   :math:`\\{h^{long}_x, h^{short}_x, m_x\\}`, :math:`r_x = \\mathrm{LN}(\\sum_k \\alpha_{x,k} P_k s_k + P_0 h^{long}_x)`.
-5. **PairCCF.** :math:`l_0 = \\mathrm{MLP}([r_u \\odot r_v, |r_u - r_v|, r_u + r_v])`,
-   :math:`\\Delta = \\mathrm{MLP}([z_{uv}, m_{uv}, r_u \\odot r_v])`, :math:`g = \\sigma(w^\\top [m_{uv}, z_{uv}] + b)`,
+4. **NodeCCF.** :math:`\alpha_x = \mathrm{softmax}(W_c [m_x, m_{uv}])` over
+   :math:`\{h^{long}_x, h^{short}_x, m_x\}`, :math:`r_x = \mathrm{LN}(\sum_k \alpha_{x,k} P_k s_k + P_0 h^{long}_x)`.
+5. **PairCCF.** :math:`l_0 = \mathrm{MLP}([r_u \odot r_v, |r_u - r_v|, r_u + r_v])`,
+   :math:`\Delta = \mathrm{MLP}([z_{uv}, m_{uv}, r_u \odot r_v])`, :math:`g = \sigma(w^\top [m_{uv}, z_{uv}] + b)`,
 
    .. math::
-       l = l_0 + g\\, \\Delta.
+       l = l_0 + g\, \Delta.
 
 ``fusion="concat"`` replaces 4-5 by one MLP (the hierarchical-fusion ablation); ``fusion="none"`` with
 both extra branches off is DyGFormer-lite (step 1 + the :math:`l_0` decoder, :func:`dygformer_lite`).
@@ -375,6 +379,11 @@ class S3Former(nn.Module):
         other branches are off).
     time_scales, t_decay
         EMA time scales and subgraph decay in the stream's time units (:func:`default_time_scales`).
+
+    Shapes
+    ------
+    - :meth:`score`: ``src [B]``, ``dst [B]``, ``t [B]`` -> logits ``[B]``.
+    - :meth:`observe`: ``src``, ``dst``, ``t`` ``[B]``, ``msg [B, edge_feat_dim]``.
     """
 
     def __init__(

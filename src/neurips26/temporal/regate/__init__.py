@@ -1,31 +1,35 @@
-"""REGATE: time-causal, confidence-gated fusion of policy documents into temporal GNNs under regime shifts.
+r"""REGATE: time-causal, confidence-gated fusion of policy documents into temporal GNNs under regime shifts.
 
-Implements the method of the NeurIPS 2026 submission whose abstract begins "Risk assessment and anomaly
-detection in" (seed ``000_f8b4140a0e3b5d84.txt``). No paper text or code is public; the forms follow the
-spec (``shared/specs/regate.md``), whose reconstructed parts are marked *inferred* there.
+Paper
+-----
+REGATE (NeurIPS 2026 submission; full title not public); seed file ``000_f8b4140a0e3b5d84.txt``, abstract
+beginning "Risk assessment and anomaly detection in". Public: only the abstract (no paper text or code). The
+forms follow the spec (``shared/specs/regate.md``), whose reconstructed parts are marked *inferred* there.
 
+Math
+----
 Documents are turned into auditable :class:`PolicyToken` s by an extractor (rule-based by default, or any
 JSON-returning callable via :class:`LLMExtractor`); a token ``k`` (publish time :math:`p_k`, effective time
 :math:`e_k`, confidence :math:`c_k`) is visible to a prediction at time :math:`t` iff
 
 .. math::
-    p_k < t \\quad\\text{and}\\quad \\max(p_k, e_k) \\le t,
-    \\qquad w_k(t) = \\exp\\bigl(-(t - \\max(p_k, e_k)) / \\tau_s\\bigr),
+    p_k < t \quad\text{and}\quad \max(p_k, e_k) \le t,
+    \qquad w_k(t) = \exp\bigl(-(t - \max(p_k, e_k)) / \tau_s\bigr),
 
 attached to its entities and to the members of its groups; tokens with :math:`c_k w_k < 10^{-3}` are
 evicted and at most ``k_max`` are kept per node (largest :math:`c_k w_k`). With token embeddings
-:math:`e_k = E_{type} + E_{dir} + W_\\tau \\phi(t - p_k) + W_x x_{d(k)}` (:math:`x_d` the document's
+:math:`e_k = E_{type} + E_{dir} + W_\tau \phi(t - p_k) + W_x x_{d(k)}` (:math:`x_d` the document's
 all-MiniLM-L6-v2 embedding when ``text_dim > 0``) and the backbone state :math:`h_v`:
 
 .. math::
-    a_{vk} = \\mathrm{softmax}_k\\Bigl(\\frac{(W_q h_v)^\\top W_k e_k}{\\sqrt d} + \\log(c_k w_k)\\Bigr),\\quad
-    m_v = \\sum_k a_{vk} W_v e_k,\\quad g_v = \\sigma(W_g [h_v, m_v] + b_g),
+    a_{vk} = \mathrm{softmax}_k\Bigl(\frac{(W_q h_v)^\top W_k e_k}{\sqrt d} + \log(c_k w_k)\Bigr),\quad
+    m_v = \sum_k a_{vk} W_v e_k,\quad g_v = \sigma(W_g [h_v, m_v] + b_g),
 
 .. math::
-    \\tilde h_v = h_v + \\rho\\, \\gamma_v\\, g_v \\odot \\tanh(m_v), \\qquad
-    \\gamma_v = 1 - \\exp\\bigl(-\\textstyle\\sum_k c_k w_k\\bigr) \\ (\\text{evidence gate, or } 1),
+    \tilde h_v = h_v + \rho\, \gamma_v\, g_v \odot \tanh(m_v), \qquad
+    \gamma_v = 1 - \exp\bigl(-\textstyle\sum_k c_k w_k\bigr) \ (\text{evidence gate, or } 1),
 
-so :math:`\\|\\tilde h_v - h_v\\|_\\infty \\le \\rho` and :math:`\\tilde h_v = h_v` exactly without visible
+so :math:`\|\tilde h_v - h_v\|_\infty \le \rho` and :math:`\tilde h_v = h_v` exactly without visible
 tokens. :class:`REGATE` puts the gate between a backbone (``embed(nodes, t)``, ``observe``) and a decoder.
 
 Package layout: ``tokens`` (tokens, documents, schema, extractors, token store, MiniLM embeddings),

@@ -21,7 +21,13 @@ class BoundedPolicyGate(nn.Module):
     """Routing attention over visible tokens and the bounded gated residual (module docstring).
 
     Ablations: ``priors=False`` drops the log(c w) attention priors, ``bounded=False`` replaces
-    :math:`\\rho\\, g \\odot \\tanh(m)` by the unbounded :math:`g \\odot m`."""
+    :math:`\\rho\\, g \\odot \\tanh(m)` by the unbounded :math:`g \\odot m`.
+
+    Shapes
+    ------
+    ``h [B, hidden]``, ``tb``: :class:`TokenBatch` of ``[B, k_max]`` tensors (``text [B, k_max, text_dim]``),
+    ``t [B]`` -> ``(h_tilde [B, hidden], attn [B, k_max])``.
+    """
 
     def __init__(
         self,
@@ -87,6 +93,11 @@ class GraphMixerLite(nn.Module):
 
     Token ``[msg, cos time encoding of t - t_i, sent flag]``; one token-mixing and one channel-mixing block,
     masked mean, plus ``[log1p #events, log1p(t - t_last)]``. State comes from ``observe`` only.
+
+    Shapes
+    ------
+    - :meth:`observe`: ``src``, ``dst``, ``t`` ``[B]``, ``msg [B, msg_dim]``.
+    - :meth:`embed`: ``nodes [B]``, ``t [B]`` -> ``[B, hidden]``.
     """
 
     def __init__(self, num_nodes: int, msg_dim: int, hidden: int = 32, k: int = 10, time_dim: int = 16):
@@ -158,6 +169,10 @@ class REGATE(nn.Module):
     """Backbone -> (optional) :class:`BoundedPolicyGate` -> decoder, for node risk at event time.
 
     ``gate=None`` is the backbone without documents (same decoder).
+
+    Shapes
+    ------
+    ``src [B]`` (nodes), ``t [B]``, a :class:`TokenStore` -> risk logits ``[B]``; :meth:`observe` as the backbone's.
     """
 
     def __init__(self, backbone: nn.Module, gate: BoundedPolicyGate | None, decoder: nn.Module):
@@ -194,6 +209,10 @@ class NaiveTextInjection(nn.Module):
     ``leaky=False`` aligns by publication (documents with ``publish_time < t``); ``leaky=True`` aligns by
     the stated effective date (``stated_dates``, as written in the text, else the token's clamped one) even
     when the document was published later, which leaks the future.
+
+    Shapes
+    ------
+    ``src [B]`` (nodes), ``t [B]``, a :class:`TokenStore` with document embeddings ``[text_dim]`` -> logits ``[B]``.
     """
 
     def __init__(
