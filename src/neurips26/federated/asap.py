@@ -1,31 +1,56 @@
-"""ASAP: adaptive sliding-mode, aggregation-rule-agnostic model poisoning to a target degradation.
+r"""ASAP: adaptive sliding-mode, aggregation-rule-agnostic model poisoning to a target degradation.
 
-Paper: *ASAP* (NeurIPS 2026; seed file ``004_01f475bc147a144d.txt``, paragraph 7, abstract beginning
-"Federated Learning (FL) is vulnerable to"). A research tool for evaluating defences: instead of
-maximising damage, the colluding malicious clients steer the global model's accuracy ``y_t`` to a
-chosen level ``y*`` and hold it there, without knowing the server's aggregation rule (AGR).
+Paper
+-----
+*ASAP* (NeurIPS 2026; seed file ``004_01f475bc147a144d.txt``, paragraph 7, abstract beginning "Federated
+Learning (FL) is vulnerable to"). A research tool for evaluating defences: instead of maximising damage, the
+colluding malicious clients steer the global model's accuracy ``y_t`` to a chosen level ``y*`` and hold it
+there, without knowing the server's aggregation rule (AGR). Public: only the abstract. Inferred: the scalar
+control model, the adaptation laws and the anti-windup below (the paper's exact equations are not public).
 
-Control view (scalar plant, reconstructed; the paper's exact equations are not public)::
+Math
+----
+Control view (scalar plant, reconstructed): :math:`\alpha_t` is the attack magnitude, :math:`b_t > 0` an
+unknown gain and :math:`d_t` the unknown, time-varying benign-training drift;
 
-    y_{t+1} = y_t - b_t * alpha_t + d_t          (alpha_t: attack magnitude, b_t > 0 unknown gain,
-                                                  d_t: benign-training drift, unknown, time varying)
-    e_t = y_t - y*,   s_t = e_t + lambda_I * sum_{j<t} e_j                  (PI sliding surface)
-    phi(t) = [1, cos(2 pi t/P), sin(2 pi t/P), ..., cos(2 pi K t/P), sin(2 pi K t/P)]
-    d^_t = theta_t^T phi(t)                                     (finite Fourier-basis estimate)
-    alpha_t = clip((q s_t + eps sat(s_t/Phi) + lambda_I e_t + d^_t) / b^_t, alpha_min, alpha_max)
+.. math::
 
-so that the predicted surface follows the reaching law ``s_{t+1} = (1 - q) s_t - eps sat(s_t/Phi)``.
-After observing ``y_{t+1}`` the realised disturbance ``r_t = (y_{t+1} - y_t) + b^_t alpha_t`` drives
-the normalised LMS law ``theta += Gamma phi (r_t - theta^T phi) / (1 + |phi|^2)`` (projected onto
-``|theta| <= theta_max``) and the gain law
-``b^ <- Proj_[b_min, b_max](b^ - gamma_b alpha (y_{t+1} - y_t + b^ alpha - d^) / (1 + alpha^2))``.
+    y_{t+1} = y_t - b_t \alpha_t + d_t, \qquad e_t = y_t - y^*, \qquad
+    s_t = e_t + \lambda_I \sum_{j<t} e_j \quad (\text{PI sliding surface}),
+
+.. math::
+
+    \phi(t) = \big[1, \cos(2\pi t/P), \sin(2\pi t/P), \dots, \cos(2\pi K t/P), \sin(2\pi K t/P)\big],
+    \qquad \hat d_t = \theta_t^\top \phi(t) \quad (\text{finite Fourier-basis estimate}),
+
+.. math::
+
+    \alpha_t = \mathrm{clip}\Big(\frac{q s_t + \varepsilon\,\mathrm{sat}(s_t/\Phi) + \lambda_I e_t + \hat d_t}
+        {\hat b_t},\ \alpha_{min},\ \alpha_{max}\Big),
+
+so that the predicted surface follows the reaching law
+:math:`s_{t+1} = (1 - q) s_t - \varepsilon\,\mathrm{sat}(s_t/\Phi)`. After observing :math:`y_{t+1}` the
+realised disturbance :math:`r_t = (y_{t+1} - y_t) + \hat b_t \alpha_t` drives the normalised LMS law
+(projected onto :math:`\|\theta\| \le \theta_{max}`) and the gain law:
+
+.. math::
+
+    \theta \leftarrow \theta + \Gamma \phi\, \frac{r_t - \theta^\top \phi}{1 + \|\phi\|^2}, \qquad
+    \hat b \leftarrow \mathrm{Proj}_{[b_{min}, b_{max}]}\Big(\hat b - \gamma_b\, \alpha\,
+        \frac{y_{t+1} - y_t + \hat b \alpha - \hat d}{1 + \alpha^2}\Big).
+
 Anti-windup (inferred): the integral of ``e`` is frozen while ``alpha`` sits on a bound.
 
 Malicious update (AGR agnostic): from the attackers' own honest updates ``g_j`` (``m x d``),
 ``mu = mean_j g_j``, ``sigma = std_j g_j`` and a direction ``v`` (``"std"``: ``-sigma * sign(mu)``,
 ``"unit"``: ``-mu/|mu|``, ``"sign"``: ``-sign(mu)``); every malicious client sends
-``u_t = mu + alpha_t v``. ``alpha_max`` is the MinMax stealth bound: the largest ``alpha`` with
-``max_j |u - g_j| <= max_{i,j} |g_i - g_j|``; ``alpha_min = -alpha_max / 2`` lets the attacker push
+
+.. math::
+
+    u_t = \mu + \alpha_t v, \qquad \mu = \frac1m \sum_j g_j, \qquad \sigma = \mathrm{std}_j\, g_j .
+
+``alpha_max`` is the MinMax stealth bound, the largest :math:`\alpha` with
+:math:`\max_j \|u - g_j\| \le \max_{i,j} \|g_i - g_j\|`; ``alpha_min = -alpha_max / 2`` lets the attacker push
 accuracy back up after an overshoot.
 
 Baselines (same direction conventions, same honest estimates): LIE (Baruch et al., 2019:

@@ -5,7 +5,8 @@ Paper
 *AcceleGrad#* (NeurIPS 2026 submission; seed file ``004_01f475bc147a144d.txt``, paragraph 5, abstract
 beginning "Modern neural-network optimizers occupy a three-way"). Only the abstract is public; the
 template follows AcceleGrad (Levy, Yurtsever & Cevher, NeurIPS 2018) and the Scion / uSCG papers
-(Pethick et al. 2025, arXiv 2502.07529) on linear-minimisation oracles (LMOs).
+(Pethick et al. 2025, arXiv 2502.07529) on linear-minimisation oracles (LMOs); the coupling below, the
+step-size rules and the norm choices are therefore inferred from those templates.
 
 Math
 ----
@@ -53,6 +54,15 @@ State: ``y``, ``z``, the anchor accumulator and a scalar dual-norm accumulator p
 :class:`AcceleGrad` is the preset ``anchor="scalar", geometry="euclidean"`` (the 2018 algorithm,
 ``lr = 2D``). The spectral baseline is :class:`torch.optim.Muon` (present in torch >= 2.9), combined
 with AdamW for non-matrix parameters by :func:`muon_with_adamw`.
+
+Shapes
+------
+- :class:`AcceleGradSharp`, :class:`AcceleGrad`: any parameter shapes; the state ``y``, ``z`` and the
+  diagonal accumulator have the parameter's shape, the scalar accumulators are ``[]``. ``"spectral"``,
+  ``"rownorm"`` and ``"colnorm"`` need ``W [d_out, d_in, *]`` (trailing dimensions flattened into
+  ``d_in``).
+- :func:`polar_newton_schulz`: ``g [m, n]`` (2-D only) -> ``[m, n]``.
+- :func:`lmo`, :func:`sharp`: ``g [*]`` -> ``[*]`` (same shape); :func:`dual_norm`: ``g [*]`` -> ``[]``.
 """
 
 from __future__ import annotations

@@ -1,23 +1,31 @@
-"""SCORE: log-odds score reweighting that adds soft similarity constraints to any variable of a complex KG query.
+r"""SCORE: log-odds score reweighting that adds soft similarity constraints to any variable of a complex KG query.
 
-Paper: "SCORE" (OpenReview KMzaR3M8SY; registry seed ``000_f8b4140a0e3b5d84.txt``, paragraph beginning
-"Machine learning models for answering logical"); public code: the ``score`` branch of
-https://github.com/dfdazac/nqr. Spec: ``../shared/specs/score.md``.
+Paper
+-----
+"SCORE" (OpenReview KMzaR3M8SY); seed file ``000_f8b4140a0e3b5d84.txt``, paragraph beginning "Machine
+learning models for answering logical". Public: the abstract and the code (the ``score`` branch of
+https://github.com/dfdazac/nqr), which fix the log-odds update below. Inferred (spec
+``shared/specs/score.md``): the threshold scaling for small graphs, the NDCG cut-off, the default grid,
+the synthetic grouping source and multi-variable simultaneous preferences; :class:`NQRLite` is a small
+stand-in for NQR's learned reranker.
 
-A tree-shaped query in BetaE form is executed QTO-style over fuzzy sets :math:`v \\in [0, 1]^N`:
+Math
+----
+
+A tree-shaped query in BetaE form is executed QTO-style over fuzzy sets :math:`v \in [0, 1]^N`:
 anchors are one-hot, a projection by ``r`` is max-product with a fuzzy adjacency :math:`M_r`,
-:math:`v'[t] = \\max_h v[h] M_r[h, t]`, an intersection is the elementwise product. Every projection or
+:math:`v'[t] = \max_h v[h] M_r[h, t]`, an intersection is the elementwise product. Every projection or
 intersection that creates a logical variable is indexed ``j = 0..V-1`` in creation order (target
 ``V - 1``; :func:`query_variables`). SCORE adjusts variable ``j`` with positive examples ``P`` and
 negative examples ``Q`` in log-odds space,
 
 .. math::
-    v'_j[e] = \\sigma\\Big(\\mathrm{logit}(v_j[e])
-      + w_p \\tfrac{1}{|P|}\\textstyle\\sum_{p \\in P} \\mathrm{logit}\\,\\varsigma(p, e)
-      + w_n \\tfrac{1}{|Q|}\\textstyle\\sum_{n \\in Q} \\mathrm{logit}\\,(1 - \\varsigma(n, e))\\Big),
-    \\qquad \\varsigma(p, e) = \\tfrac{1 + \\mathrm{sim}(p, e)}{2},
+    v'_j[e] = \sigma\Big(\mathrm{logit}(v_j[e])
+      + w_p \tfrac{1}{|P|}\textstyle\sum_{p \in P} \mathrm{logit}\,\varsigma(p, e)
+      + w_n \tfrac{1}{|Q|}\textstyle\sum_{n \in Q} \mathrm{logit}\,(1 - \varsigma(n, e))\Big),
+    \qquad \varsigma(p, e) = \tfrac{1 + \mathrm{sim}(p, e)}{2},
 
-with :math:`\\mathrm{sim}` the (complex) cosine of entity embeddings. At an intermediate variable the
+with :math:`\mathrm{sim}` the (complex) cosine of entity embeddings. At an intermediate variable the
 adjusted set is propagated through the rest of the query by the same executor.
 
 Also here: the base link predictor (:func:`train_complex`, ComplEx with reciprocal relations, N3 and
