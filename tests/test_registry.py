@@ -80,6 +80,53 @@ def test_implemented_method_conforms(info):
         assert name in dir(area)
 
 
+# Methods whose module is being reworked by another open change; their docstrings follow when it lands.
+DOCSTRING_PENDING = {
+    "adakvq": "inference/adakvq is being split into a package by another change (issue 21)",
+    "fedrevive": "federated/fedrevive is being split by another change (issue 21)",
+    "channel_router": "agents/channel_router is being edited by another change",
+    "cot_pathology": "agents/cot_pathology is being edited by another change",
+    "skim": "agents/skim is being edited by another change",
+    "recpo": "robotics/recpo is being edited by another change",
+    "ahpa": "vision/ahpa is being written by another change",
+}
+IMPLEMENTED = [m for m in METHODS if status(m.slug)[0] == "implemented"]
+
+
+def docstring_section(doc: str, title: str) -> str | None:
+    """Body of the numpydoc section ``title`` (title line, then a dashed line of the same length), or None."""
+    header = rf"^{re.escape(title)}\n-{{{len(title)}}}\n"
+    match = re.search(header + r"(.*?)(?=^\S[^\n]*\n-+\n|\Z)", doc, re.M | re.S)
+    return None if match is None else match.group(1)
+
+
+def test_docstring_section_reader():
+    doc = "Title.\n\nPaper\n-----\nThe paper.\n\nShapes\n------\n``x [N, F]``\n"
+    assert docstring_section(doc, "Paper").strip() == "The paper."
+    assert docstring_section(doc, "Shapes").strip() == "``x [N, F]``"
+    assert docstring_section("Paper: inline, not a section", "Paper") is None
+    assert docstring_section("Shapes\n----\nunderline too short", "Shapes") is None
+
+
+@pytest.mark.parametrize("info", IMPLEMENTED, ids=lambda m: m.slug)
+def test_method_docstring_has_paper_shapes_and_math(info):
+    if info.slug in DOCSTRING_PENDING:
+        pytest.skip(DOCSTRING_PENDING[info.slug])
+    doc = importlib.import_module(info.module).__doc__ or ""
+    missing = [title for title in ("Paper", "Shapes") if docstring_section(doc, title) is None]
+    missing += [] if ".. math::" in doc else [".. math::"]
+    assert not missing, f"{info.module} docstring lacks {missing} (numpydoc sections, math as .. math::)"
+    paper = " ".join(docstring_section(doc, "Paper").split())
+    assert info.seed in paper, f"{info.module}: the Paper section must name the seed file {info.seed}"
+    assert info.seed_start in paper, (
+        f"{info.module}: the Paper section must quote the abstract's opening words"
+    )
+
+
+def test_docstring_pending_names_implemented_methods():
+    assert set(DOCSTRING_PENDING) <= {m.slug for m in IMPLEMENTED}
+
+
 def test_status_reports_missing_components(monkeypatch):
     fake = registry.MethodInfo("archer", "Archer", "t", "s", 1, "x", "rl", ("NoSuchThing",), ("b",), "m")
     monkeypatch.setitem(registry.BY_SLUG, "archer", fake)
