@@ -75,6 +75,10 @@ class ANCReConnector(nn.Module):
         Feed the mixture (instead of :math:`h_{k-1}`) to the block as well.
     max_source_distance : int, optional
         Keep only sources ``j >= k - max_source_distance`` (pipeline-friendly window).
+
+    Shapes
+    ------
+    ``forward``: ``h0 [B, *]`` -> ``h_K [B, *]`` (same shape; every block must preserve it).
     """
 
     def __init__(
@@ -211,6 +215,10 @@ class ANCReSequential(nn.Module):
         Shape-preserving blocks (transformer sub-layers keep their own pre-norm).
     connector : ANCReConnector, optional
         Defaults to ``ANCReConnector(len(blocks), **connector_kwargs)``.
+
+    Shapes
+    ------
+    ``forward``: ``h0 [B, *]`` -> ``[B, *]`` (same shape).
     """
 
     def __init__(

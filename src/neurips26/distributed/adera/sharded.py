@@ -74,8 +74,11 @@ class ShardedMoEWrapper(nn.Module):
     a fixed order on every rank. The full weights stay referenced by autograd until backward (FSDP
     ``reshard_after_forward=False`` behaviour; no re-gather in backward; optional forward prefetch).
 
-    Shapes: a sharded parameter of ``n`` elements becomes ``shards[name]`` of ``ceil(n / P)``
-    fp32 elements; the gathered buffer has ``P * ceil(n / P)`` elements of ``gather_dtype``.
+    Shapes
+    ------
+    A sharded parameter of ``n`` elements becomes ``shards[name]`` ``[ceil(n / P)]`` (fp32); the gathered
+    buffer is ``[P * ceil(n / P)]`` in ``gather_dtype``. ``forward`` takes and returns what the wrapped
+    model does.
 
     Parameters
     ----------

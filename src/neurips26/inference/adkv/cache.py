@@ -70,6 +70,11 @@ class ADKVLayer(BaseQuantizedLayer):
         Calibrated per-channel parameters (defaults from ``config``).
     key_outliers, value_outliers : LongTensor[kv_heads, n_outliers], optional
         Calibrated outlier channels (otherwise chosen from the first prefill's initial tokens).
+
+    Shapes
+    ------
+    :meth:`update`: ``key_states``, ``value_states`` ``[batch, kv_heads, new, head_dim]`` in; the whole
+    sequence's keys and values ``[batch, kv_heads, T, head_dim]`` out.
     """
 
     def __init__(
@@ -471,6 +476,11 @@ class ADKVCache(QuantizedKVCacheMixin, Cache):
         :func:`calibrate_adkv`; missing layers use the defaults. With ``adkv.n_outliers > 0`` the
         entries may also hold ``"key_outliers"``/``"value_outliers"``: ``LongTensor[kv_heads,
         n_outliers]`` (otherwise chosen from the first prefill).
+
+    Shapes
+    ------
+    ``update(key_states, value_states, layer_idx)``: ``[batch, kv_heads, new, head_dim]`` in; the layer's
+    full ``[batch, kv_heads, T, head_dim]`` keys and values out.
     """
 
     def __init__(self, config: Any, adkv: ADKVConfig | None = None, params: dict | None = None):
@@ -562,7 +572,13 @@ class ADKVCache(QuantizedKVCacheMixin, Cache):
 
 class GroupwiseStaticCache(KIVICache):
     """Static group-wise baseline in the KIVI layout (keys per channel over ``group_size``-token blocks,
-    values per token over ``value_group_size`` channels) with ``residual_length=0`` by default."""
+    values per token over ``value_group_size`` channels) with ``residual_length=0`` by default.
+
+    Shapes
+    ------
+    ``update(key_states, value_states, layer_idx)``: ``[batch, kv_heads, new, head_dim]`` in; the layer's
+    full ``[batch, kv_heads, T, head_dim]`` keys and values out.
+    """
 
     def __init__(
         self,

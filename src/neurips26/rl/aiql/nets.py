@@ -257,7 +257,9 @@ def flat_action_features(
 class StateActionCritic(nn.Module):
     """``Q(g, z)``: an MLP on the global features and a fixed-size action summary.
 
-    Shapes: ``(E, G), (E, Z) -> (E,)``.
+    Shapes
+    ------
+    ``forward``: ``global_feats (E, G)``, ``action_feats (E, Z)`` -> ``(E,)``.
     """
 
     def __init__(self, global_dim: int, action_dim: int, hidden: int = 128) -> None:
@@ -269,7 +271,12 @@ class StateActionCritic(nn.Module):
 
 
 class StateValue(nn.Module):
-    """``V(g)``: an MLP on the global features. Shapes: ``(E, G) -> (E,)``."""
+    """``V(g)``: an MLP on the global features.
+
+    Shapes
+    ------
+    ``forward``: ``global_feats (E, G)`` -> ``(E,)``.
+    """
 
     def __init__(self, global_dim: int, hidden: int = 128) -> None:
         super().__init__()
