@@ -1,28 +1,41 @@
-"""Policy-loss building blocks for RL with verifiable rewards (GRPO, DAPO and relatives).
+r"""Policy-loss building blocks for RL with verifiable rewards (GRPO, DAPO and relatives).
 
 Pure functions over per-token tensors, so any trainer (TRL, verl, a hand-written loop) can call
-them. Shapes: ``B`` responses, ``T`` padded response length.
+them (shapes below).
 
 Group-normalised advantage (GRPO, Shao et al. 2024) for response ``i`` of a group of ``G``:
 
-.. math::  A_i = \\frac{r_i - \\mathrm{mean}_g(r)}{\\mathrm{std}_g(r) + \\epsilon}
+.. math::  A_i = \frac{r_i - \mathrm{mean}_g(r)}{\mathrm{std}_g(r) + \epsilon}
 
 (``norm_std=False``: only centring, as in Dr. GRPO). Clipped surrogate (PPO) per token with
-ratio :math:`\\rho = \\exp(\\log\\pi_\\theta - \\log\\pi_{old})`:
+ratio :math:`\rho = \exp(\log\pi_\theta - \log\pi_{old})`:
 
-.. math::  \\ell = \\max\\big(-A\\rho,\\; -A\\,\\mathrm{clip}(\\rho, 1-\\epsilon_{low}, 1+\\epsilon_{high})\\big),
-           \\quad\\text{dual clip } (A<0):\\ \\ell \\leftarrow \\min(\\ell, -A c).
+.. math::  \ell = \max\big(-A\rho,\; -A\,\mathrm{clip}(\rho, 1-\epsilon_{low}, 1+\epsilon_{high})\big),
+           \quad\text{dual clip } (A<0):\ \ell \leftarrow \min(\ell, -A c).
 
-KL estimators of :math:`KL(\\pi_\\theta\\,\\|\\,\\pi_{ref})` per token, with
-:math:`d = \\log\\pi_{ref} - \\log\\pi_\\theta` (Schulman, "Approximating KL divergence"):
-``k1 = -d``, ``k2 = d^2 / 2``, ``k3 = e^d - d - 1``.
+KL estimators of :math:`KL(\pi_\theta\,\|\,\pi_{ref})` per token, with
+:math:`d = \log\pi_{ref} - \log\pi_\theta` (Schulman, "Approximating KL divergence"):
 
-Aggregations of a per-token loss ``L`` under mask ``M``: ``"token-mean"`` = ΣLM / ΣM over the whole
-batch (DAPO, TRL ``dapo``/``bnpo`` on one process); ``"seq-mean-token-mean"`` = mean over rows of
-(Σ_t LM / Σ_t M) (original GRPO, TRL ``grpo``); ``"seq-mean-token-sum"`` = mean over rows of Σ_t LM.
+.. math::  k_1 = -d, \qquad k_2 = \tfrac12 d^2, \qquad k_3 = e^d - d - 1.
+
+Aggregations of a per-token loss :math:`L` under mask :math:`M`: ``"token-mean"`` over the whole batch
+(DAPO, TRL ``dapo``/``bnpo`` on one process), ``"seq-mean-token-mean"`` (original GRPO, TRL ``grpo``)
+and ``"seq-mean-token-sum"``:
+
+.. math::
+
+    \frac{\sum_{b,t} L_{b,t} M_{b,t}}{\sum_{b,t} M_{b,t}}, \qquad
+    \frac1B \sum_b \frac{\sum_t L_{b,t} M_{b,t}}{\sum_t M_{b,t}}, \qquad
+    \frac1B \sum_b \sum_t L_{b,t} M_{b,t}.
 
 :func:`grpo_loss` and :func:`dapo_loss` equal TRL's ``GRPOTrainer`` loss with ``loss_type="grpo"``
 and ``"dapo"`` on identical tensors (tested).
+
+Shapes
+------
+``B`` responses, ``T`` padded response length: per-token tensors (log-probs, masks, KL, losses)
+``[B, T]``; rewards and per-response advantages ``[B]`` (advantages may also be ``[B, T]``); the
+aggregated losses are scalars.
 """
 
 from __future__ import annotations
