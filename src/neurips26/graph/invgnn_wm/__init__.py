@@ -23,11 +23,15 @@ Invariant (Chung's convention: ``D^{-1/2}`` is the pseudo-inverse, so an isolate
     L_{sym} = \mathrm{diag}(1[d > 0]) - D^{-1/2} A D^{-1/2}, \qquad
     a(G) = \lambda_2(L_{sym}) \, \frac{n - 1}{n} \in [0, 1],
 
-``a(K_n) = 1``, ``a(C_n) = (1 - \cos(2\pi/n))(n - 1)/n`` and ``a(G) = 0`` iff ``G`` is disconnected.
+:math:`a(K_n) = 1`, :math:`a(C_n) = (1 - \cos(2\pi/n))(n - 1)/n` and :math:`a(G) = 0` iff :math:`G` is
+disconnected.
 
 Signature: reference ``c`` = median of ``a(G_k)`` (midpoint of the two middle values), optional
 secret key bits ``kappa``; target ``t_k = a_k`` (``kappa_k = 0``) or its reflection ``2c - a_k``
-(``kappa_k = 1``); owner bits ``b_k = 1[t_k > c] = 1[a_k > c] \oplus \kappa_k``.
+(``kappa_k = 1``); owner bits
+
+.. math::
+    b_k = 1[t_k > c] = 1[a_k > c] \oplus \kappa_k .
 
 Head (inferred readout): ``h_k = h_psi(R(f_theta(G_k)))`` with ``R`` the mean (and std) of the node
 logits over the carrier's nodes (node task) or the graph logit vector (graph task), and
@@ -40,14 +44,23 @@ Embedding loss (added to the task loss every step):
              + \mu \tfrac1K \sum_k \max(0,\, m - s_k (h_k - c))\Big], \quad s_k = 2 b_k - 1.
 
 Decoy term (our addition, see :meth:`InvGNNWatermark.set_reference_models`): with owner-trained
-non-watermarked reference models ``f_r`` and ``nu = null_weight``, ``+ \lambda_{wm} \nu \tfrac1K \sum_k \max(0, m - s'_k
-(h_psi(R(f_r(G_k))) - c))`` with a secret decoy sign string ``s'`` that agrees with ``s`` on exactly
-``floor(K/2)`` carriers. Without it the jointly trained head can fit the bits from the task's natural
+non-watermarked reference models :math:`f_r` and :math:`\nu` = ``null_weight``, the loss gains
+
+.. math::
+    \lambda_{wm} \nu \tfrac1K \sum_k \max\big(0,\, m - s'_k (h_\psi(R(f_r(G_k))) - c)\big)
+
+with a secret decoy sign string :math:`s'` that agrees with :math:`s` on exactly :math:`\lfloor K/2 \rfloor`
+carriers. Without it the jointly trained head can fit the bits from the task's natural
 output variation, which every model trained on the same task shares, and independent models pass
 verification (observed on a small task); with it they match at chance.
 
-Decoding ``\hat b_k = 1[h_k > c]``; matches ``M = \sum_k 1[\hat b_k = b_k]``; threshold
-``tau(alpha) = min{tau : P[Bin(K, 1/2) >= tau] <= alpha}``, optionally raised to exceed the
+Decoding and verification:
+
+.. math::
+    \hat b_k = 1[h_k > c], \qquad M = \sum_k 1[\hat b_k = b_k], \qquad
+    \tau(\alpha) = \min\{\tau : P[\mathrm{Bin}(K, 1/2) \ge \tau] \le \alpha\},
+
+the threshold optionally raised to exceed the
 ``(1 - alpha)`` quantile of ``M`` over independently trained null models; own iff ``M >= tau``.
 
 The paper's theory (imperceptibility/robustness guarantees, NP-completeness of exact removal under
