@@ -12,29 +12,35 @@ whose rates are calibrated by SGD (straight-through rounding) to minimise attent
 
 Math (per layer, head and channel; ``b`` bits, ``L = 2**b`` levels, offset ``o = L / 2``)
 --------------------------------------------------------------------------------------------------
-Initial state from the first ``B0`` tokens: ``z_1 = mean(x)``, ``a_1 = mean|x - z_1|`` (both stored in
-fp16), ``s_1 = max(gamma * a_1 / o, 1e-6)``, ``s_min = s_min_rel * s_1``. For ``t = 1..T``::
+Initial state from the first ``B0`` tokens: ``z_1 = mean(x)``, ``a_1 = mean|x - z_1|`` (both stored in fp16),
+``s_1 = max(gamma * a_1 / o, 1e-6)``, ``s_min = s_min_rel * s_1``. For :math:`t = 1, \dots, T` (codes
+:math:`q_t` are packed; :math:`|x_t - \hat x_t| \le s_t / 2` unless saturated; :math:`z` is the EMA
+prediction, i.e. the zero-point):
 
-    q_t     = clamp(round((x_t - z_t) / s_t) + o, 0, L - 1)           # packed codes
-    d_t     = q_t - o ;  x_hat_t = z_t + d_t * s_t                    # |x_t - x_hat_t| <= s_t / 2 unless saturated
-    z_{t+1} = z_t + eta_z * (x_hat_t - z_t)                           # EMA prediction (zero-point)
-    s_{t+1} = max(s_t * [(1 - eta_s) + eta_s * gamma * |d_t| / o] * omega**sat_t, s_min)
+.. math::
+
+    q_t = \mathrm{clamp}\big(\mathrm{round}((x_t - z_t) / s_t) + o,\ 0,\ L - 1\big), \qquad
+    d_t = q_t - o, \qquad \hat x_t = z_t + d_t s_t,
+
+    z_{t+1} = z_t + \eta_z (\hat x_t - z_t), \qquad
+    s_{t+1} = \max\big(s_t [(1 - \eta_s) + \eta_s \gamma |d_t| / o]\, \omega^{sat_t},\ s_{min}\big).
 
 The step update is the EMA of the reconstructed magnitude ``a_{t+1} = (1 - eta_s) a_t + eta_s |x_hat_t -
 z_t|`` with ``s = gamma a / o`` written multiplicatively (Jayant/ADPCM step adaptation), with overload
 recovery ``omega`` when a code saturates (``sat_t = 1`` if ``q_t`` is ``0`` or ``L - 1``). Because
-``s -> max(alpha s, beta)`` maps compose associatively, the decoder is a parallel scan::
-
-    m_t = log((1 - eta_s) + eta_s gamma |d_t| / o) + sat_t log(omega),   L_t = sum_{k<t} m_k
-    log s_t = L_t + cummax_t(c),  c_1 = log s_1,  c_k = log s_min - L_k (k >= 2)
-    z_t = z_1 + eta_z * sum_{k<t} d_k s_k
-
-The encoder runs the same arithmetic sequentially in float64, so ``decode(encode(x)) == simulate(x)``
-bit for bit. In one line:
+``s -> max(alpha s, beta)`` maps compose associatively, the decoder is a parallel scan:
 
 .. math::
-    \hat x_t = z_t + (q_t - o)\, s_t,\qquad z_{t+1} = z_t + \eta_z (\hat x_t - z_t),\qquad
-    s_{t+1} = \max\big(s_t [(1 - \eta_s) + \eta_s \gamma |q_t - o| / o]\, \omega^{sat_t},\ s_{min}\big)
+
+    m_t = \log\big((1 - \eta_s) + \eta_s \gamma |d_t| / o\big) + sat_t \log \omega, \qquad
+    L_t = \sum_{k<t} m_k,
+
+    \log s_t = L_t + \max_{k \le t} c_k, \qquad c_1 = \log s_1, \qquad c_k = \log s_{min} - L_k \ (k \ge 2),
+
+    z_t = z_1 + \eta_z \sum_{k<t} d_k s_k .
+
+The encoder runs the same arithmetic sequentially in float64, so ``decode(encode(x)) == simulate(x)``
+bit for bit.
 
 Metadata per head and stream: ``(2 + 3) * 16 * d`` bits (``z_1, a_1, eta_z, eta_s,
 gamma``), independent of the context length ``T``; static group-wise keys need ``2 * 16 * d *
