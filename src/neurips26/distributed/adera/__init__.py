@@ -1,4 +1,4 @@
-"""AdERA: Adaptive Exponent Reuse Allgather, lossless all-gather compression for sharded MoE training.
+r"""AdERA: Adaptive Exponent Reuse Allgather, lossless all-gather compression for sharded MoE training.
 
 Paper
 -----
@@ -17,7 +17,7 @@ integer ``u``:
 
 .. math::
 
-    s = u \\gg (B - 1),\\quad e = (u \\gg M)\\ \\&\\ (2^E - 1),\\quad f = u\\ \\&\\ (2^M - 1)
+    s = u \gg (B - 1),\quad e = (u \gg M)\ \&\ (2^E - 1),\quad f = u\ \&\ (2^M - 1)
 
 bf16 (E=8, M=7): the 16-bit word is rotated left by one bit, ``w = e << 8 | f << 1 | s``, so the
 exponent is the high byte and ``sm = f << 1 | s`` the low byte: the wire carries 8 of 16 bits.
@@ -30,12 +30,15 @@ and subnormals survive unchanged. The implementation assumes a little-endian hos
 Wire modes (one per shard and call, the smallest payload wins)
 --------------------------------------------------------------
 With ``m`` elements, ``S`` sign+mantissa bytes (``m`` for bf16), ``n_c`` changed exponents,
-``n_b = ceil(m / Bk)`` blocks of which ``n_cb`` contain a change (``L_cb`` exponents in them)::
+``n_b = ceil(m / Bk)`` blocks of which ``n_cb`` contain a change (``L_cb`` exponents in them), the
+payload bytes of each mode are (SPARSE sends int32 indices plus the new exponents):
 
-    RAW     itemsize * m
-    SPARSE  S + 4 n_c (int32 indices) + n_c (new exponents)
-    BITMAP  S + ceil(m / 8) + n_c
-    BLOCK   S + ceil(n_b / 8) + L_cb
+.. math::
+
+    \mathrm{RAW} = \mathrm{itemsize}\cdot m, \qquad
+    \mathrm{SPARSE} = S + 4 n_c + n_c, \qquad
+    \mathrm{BITMAP} = S + \lceil m / 8 \rceil + n_c, \qquad
+    \mathrm{BLOCK} = S + \lceil n_b / 8 \rceil + L_{cb},
 
 plus a 24-byte header (mode, dtype, flags, CRC32 of the shard when ``verify=True``, ``numel``,
 ``n_c``). With zero changes a bf16 shard costs ``m + 24`` bytes: a ratio ``2m / (m + 24)``.
@@ -56,7 +59,7 @@ change rate ``rho``; compress iff ``T_ada < (1 - margin) T_raw``:
 
 .. math::
 
-    T_{\\mathrm{ada}} < (1 - \\mathrm{margin})\\, T_{\\mathrm{raw}}
+    T_{\mathrm{ada}} < (1 - \mathrm{margin})\, T_{\mathrm{raw}}
 
 ``alpha``/``BW`` come from :meth:`CostModel.measure`, ``t_enc``/``t_dec`` are timed per shard and
 max-reduced over ranks so that every rank takes the same decision.
