@@ -414,3 +414,37 @@ def test_evaluate_arms_deterministic_and_masks_names():
     with pytest.raises(ValueError, match="channel"):
         evaluate_arms(tasks, [Arm("nope", "single")], chans)
     assert math.isfinite(Q1.mean())
+
+
+def test_router_leave_one_out_excludes_self():
+    prompts, arms, Q, C = _index()
+    r = SemanticKNNRouter(HashingEmbedder(128), k=1).fit(prompts, arms, Q, C)
+    q, c = r.loo_estimates()
+    sims = r.E @ r.E.T
+    np.fill_diagonal(sims, -np.inf)
+    nn = sims.argmax(1)
+    assert np.array_equal(q, Q[nn]) and np.array_equal(c, C[nn])
+    assert 0.0 <= r.loo_quality(0.0) <= 1.0
+    with pytest.raises(ValueError, match="leave-one-out"):
+        SemanticKNNRouter(HashingEmbedder(64), k=len(prompts)).fit(prompts, arms, Q, C).loo_estimates()
+
+
+def test_hf_channel_shared_prefix_sampling_equals_independent_prompts():
+    """Prefilling once and repeating the KV cache gives the same greedy completions as n separate prompts."""
+    from neurips26.agents.channel_router import HFChannel
+    from neurips26.common.models import build_tiny_lm
+    from neurips26.common.tokenizers import char_tokenizer
+
+    tok = char_tokenizer("0123456789+-=() abcdefghijklmnopqrstuvwxyz")
+    model = build_tiny_lm("llama", vocab_size=len(tok), seed=0).eval()
+    ch = HFChannel(model, tok, max_new_tokens=5, temperature=0.0, chat=False, batch_size=8, name="tiny")
+    prompts = ["12+3=", "abc def (1)", "9="]
+    shared = ch.generate_batch(prompts, seed=0, n=3)
+    separate = ch.generate_batch([p for p in prompts for _ in range(3)], seed=0, n=1)
+    assert [(s.text, s.tokens_in, s.tokens_out) for s in shared] == [
+        (s.text, s.tokens_in, s.tokens_out) for s in separate
+    ]
+    ch.price_in = 0.5
+    s = ch.sample(Task("12+3="), 2, rng=RNG(0))
+    assert len(s) == 2 and all(x.cost == pytest.approx(0.5 * x.tokens_in + x.tokens_out) for x in s)
+    assert s[0].tokens_in == len(tok("12+3=")["input_ids"])

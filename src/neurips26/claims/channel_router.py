@@ -522,7 +522,7 @@ LM_OPERATORS: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] = (
     ("sc", (("n", 5),)),
     ("bon", (("n", 5),)),
     ("refine", (("rounds", 2),)),
-    ("rateless", (("n_max", 6), ("rule", "either"))),
+    ("rateless", (("n_max", 5), ("rule", "either"))),
     ("fec", (("rate", 0.5),)),
 )
 
@@ -538,8 +538,8 @@ def _lm_testbed(cfg: dict[str, Any], seed: int) -> dict[str, Any]:
     # refinement prompts: critique of every distinct wrong pooled answer (round 1), then of the revisions
     critic = _lm_critic(cfg["critic_cost"])
     for name, ch in chans.items():
-        if name == "tiny":
-            continue
+        if name == "tiny" or name not in cfg["refine_channels"]:
+            continue  # the tiny model ignores feedback text (its pool serves the revision)
         frontier = {(t, s.answer) for t in items for s in ch.pools[t.prompt]}
         for k in range(1, cfg["refine_rounds"] + 1):
             prompts, nxt = [], set()
@@ -564,7 +564,7 @@ def _lm_testbed(cfg: dict[str, Any], seed: int) -> dict[str, Any]:
     ops = [
         (op, (("rounds", cfg["refine_rounds"]),) if op == "refine" else budget) for op, budget in LM_OPERATORS
     ]
-    arms = [Arm(c, op, budget) for c in chans for op, budget in ops]
+    arms = [Arm(c, op, b) for c in chans for op, b in ops if op != "refine" or c in cfg["refine_channels"]]
     return {
         "train": train,
         "test": test,
@@ -639,15 +639,18 @@ def run(config: dict[str, Any], seed: int) -> SeedResult:
 
     # router settings (k, weighting) chosen by leave-one-out quality on the train split only
     train_prompts, prompts = [t.prompt for t in bed["train"]], [t.prompt for t in bed["test"]]
-    router = SemanticKNNRouter(bed["embedder"], k=cfg["k"], weighting="softmax", temperature=cfg["tau_w"])
+    m_train = len(train_prompts)
+    k_grid = [k for k in cfg["k_grid"] if k <= m_train - 1] or [max(1, m_train - 1)]
+    k_default = min(cfg["k"], max(1, m_train - 1))
+    router = SemanticKNNRouter(bed["embedder"], k=k_default, weighting="softmax", temperature=cfg["tau_w"])
     router.fit(train_prompts, arms, Q_tr, C_tr)
     loo = {}
-    for k in cfg["k_grid"]:
+    for k in k_grid:
         for weighting in ("softmax", "uniform"):
             router.k, router.weighting = k, weighting
             loo[f"{weighting}_k{k}"] = router.loo_quality(0.0)
     chosen = max(loo, key=lambda key: (loo[key], -list(loo).index(key)))
-    default = f"softmax_k{cfg['k']}"
+    default = f"softmax_k{k_default}"
     rows = np.arange(len(prompts))
     fixed = np.stack([C_te.mean(0), Q_te.mean(0)], axis=1)
     best = strongest_fixed(fixed)
@@ -742,7 +745,7 @@ def run(config: dict[str, Any], seed: int) -> SeedResult:
             "loo_quality": loo,
             "embedder": type(bed["embedder"]).__name__,
         },
-        "sweeps": {"router_k": sweep_record(cfg["k_grid"], int(chosen.split("_k")[1]))},
+        "sweeps": {"router_k": sweep_record(k_grid, int(chosen.split("_k")[1]))},
         "router_spec_default": {
             "setting": default,
             "curve": spec_default["curve"].tolist(),
@@ -798,17 +801,18 @@ _SIM = {
 }
 _LM = {
     "testbed": "lm",
-    "n_per_family": 30,
+    "n_per_family": 24,
     "data_seed": 0,
     "refine_rounds": 1,
+    "refine_channels": ["smol_t02", "tiny"],
     "smol_temperatures": [0.2, 0.8],
-    "max_new_tokens": 16,
+    "max_new_tokens": 10,
     "batch_size": 16,
-    "pool": 6,
+    "pool": 5,
     "tiny_temperature": 0.7,
     "tiny_hidden": 96,
     "tiny_layers": 2,
-    "tiny_steps": 1500,
+    "tiny_steps": 800,
     "tiny_examples": 6000,
     "judge_cost": 10.0,
     "judge_sd": 0.3,
@@ -906,8 +910,8 @@ CLAIM = Claim(
         ),
     ),
     items={
-        "quality_at_matched_cost": {"smoke": 60, "quick": 300, "full": 80},
-        "quality_at_single_cost": {"smoke": 60, "quick": 300, "full": 80},
+        "quality_at_matched_cost": {"smoke": 60, "quick": 300, "full": 48},
+        "quality_at_single_cost": {"smoke": 60, "quick": 300, "full": 48},
     },
     run=run,
     configs={
