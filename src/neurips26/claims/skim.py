@@ -297,6 +297,8 @@ def _smollm_teacher(cfg: dict):
     peft_model = get_peft_model(model, lora)
     set_peft_model_state_dict(peft_model, entry["adapter"])
     merged = peft_model.merge_and_unload().eval()
+    for p in merged.parameters():  # peft froze the base weights; pruned students copy them and train
+        p.requires_grad_(True)
     return merged, task, {"teacher_final_loss": entry["final_loss"]}
 
 

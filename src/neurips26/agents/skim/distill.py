@@ -47,7 +47,7 @@ from neurips26.agents.skim.grammar import (
     role_weight_vector,
 )
 from neurips26.agents.skim.prune import SALIENCY_WEIGHTS, PruneResult
-from neurips26.common.checks import check_choice, check_float, check_int, check_probability
+from neurips26.common.checks import check_choice, check_float, check_int, check_probability, check_tensor
 
 #: Default role weights of the feature-matching term (spec, inferred).
 FEATURE_WEIGHTS = {"decision": 1.0, "context": 0.5, "format": 0.0}
@@ -67,6 +67,11 @@ def constrained_kl(
     Positions with weight 0 are skipped; a positive weight on a position with no valid token raises.
     Returns 0 (with a gradient path) when every weight is 0.
     """
+    check_tensor("student_logits", student_logits)
+    check_tensor("teacher_logits", teacher_logits, like=student_logits, like_name="student_logits")
+    check_tensor("weights", weights)
+    if not isinstance(valid_mask, torch.Tensor) or valid_mask.is_meta:
+        raise TypeError("valid_mask must be a materialised bool tensor [B, L, V]")
     if student_logits.shape != teacher_logits.shape:
         raise ValueError(
             f"student and teacher logits differ in shape {tuple(student_logits.shape)} vs "

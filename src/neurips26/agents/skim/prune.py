@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from neurips26.agents.skim.grammar import role_weight_vector
-from neurips26.common.checks import check_choice, check_float, check_int
+from neurips26.common.checks import check_choice, check_float, check_int, check_tensor
 
 #: Default role weights of the saliency (spec, inferred): decision 1.0, context 0.3, format 0.05.
 SALIENCY_WEIGHTS = {"decision": 1.0, "context": 0.3, "format": 0.05}
@@ -135,11 +135,10 @@ def collect_role_stats(
     return stats
 
 
-def _check_weight(weight: torch.Tensor) -> None:
-    if not isinstance(weight, torch.Tensor) or weight.dim() != 2:
-        raise ValueError(
-            f"weight must be a 2-D tensor [d_out, d_in], got {getattr(weight, 'shape', type(weight))}"
-        )
+def _check_weight(weight: torch.Tensor, name: str = "weight") -> None:
+    check_tensor(name, weight)
+    if weight.dim() != 2:
+        raise ValueError(f"{name} must be a 2-D tensor [d_out, d_in], got shape {tuple(weight.shape)}")
 
 
 def _check_stats(weight: torch.Tensor, stats: RoleStats) -> None:
@@ -193,7 +192,7 @@ def saliency_mask(scores: torch.Tensor, sparsity: float, pattern: str | None = N
     of every 4 consecutive columns (needs ``sparsity == 0.5`` and ``d_in % 4 == 0``).
     """
     sparsity = check_float("sparsity", sparsity, 0.0, 1.0, high_open=True)
-    _check_weight(scores)
+    _check_weight(scores, "scores")
     d_out, d_in = scores.shape
     if pattern is not None:
         check_choice("pattern", pattern, ("2:4",))
