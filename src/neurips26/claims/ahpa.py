@@ -60,7 +60,7 @@ def _shift_views(x: torch.Tensor, views: int) -> torch.Tensor:
     return torch.stack([pad[..., 1 + dy : 1 + dy + h, 1 + dx : 1 + dx + w] for dy, dx in offsets[:views]])
 
 
-def _digits() -> dict[str, torch.Tensor]:
+def _digits(n_train: int = N_TRAIN) -> dict[str, torch.Tensor]:
     """16x16 digits in [-1, 1] and the fixed stratified split (private image helper; see module doc)."""
     x8, y = load_digits(flatten=False)
     x = F.interpolate(x8, size=(16, 16), mode="bilinear", align_corners=False) * 2 - 1
@@ -70,7 +70,7 @@ def _digits() -> dict[str, torch.Tensor]:
         idx = rng.permutation(np.flatnonzero(y.numpy() == c))
         held.extend(idx[: round(N_HELD * len(idx) / len(y))])
     held_idx = np.sort(np.array(held[:N_HELD]))
-    train_idx = np.setdiff1d(np.arange(len(y)), held_idx)[:N_TRAIN]
+    train_idx = np.setdiff1d(np.arange(len(y)), held_idx)[:N_TRAIN][:n_train]
     return {"x": x[train_idx], "y": y[train_idx], "x_held": x[held_idx], "y_held": y[held_idx]}
 
 
@@ -217,7 +217,7 @@ def _train_arm(arm: str, prep: dict, cfg: dict, seed: int) -> dict[str, Any]:
     train_s = 0.0
     for step in range(1, cfg["steps"] + 1):
         t0 = time.perf_counter()
-        idx = torch.randint(0, N_TRAIN, (cfg["batch"],), generator=batch_gen)
+        idx = torch.randint(0, prep["y"].shape[0], (cfg["batch"],), generator=batch_gen)
         view = torch.randint(0, views, (cfg["batch"],), generator=batch_gen)
         batch = {"z": z_all[view, idx], "y": prep["y"][idx]}
         if targets_all is not None:
@@ -267,7 +267,8 @@ def _train_arm(arm: str, prep: dict, cfg: dict, seed: int) -> dict[str, Any]:
 
 
 def _prepare(cfg: dict) -> dict[str, Any]:
-    data = _digits()
+    data = _digits(cfg.get("n_train", N_TRAIN))  # the smoke profile trains on a prefix of the split
+    n_train = data["y"].shape[0]
     vae, vrec = _vae(cfg)
     classifier = _cnn(cfg, 1000)
     repa_cnn = _cnn(cfg, 2000)
@@ -286,9 +287,9 @@ def _prepare(cfg: dict) -> dict[str, Any]:
         held_acc = float((classifier.head(held_feats).argmax(-1) == data["y_held"]).float().mean())
         real = classifier.features(data["x"][: cfg["n_samples"]])
     return {
-        "z": ((z - shift) / scale).reshape(V, N_TRAIN, *z.shape[1:]),
-        "vae_targets": [t.reshape(V, N_TRAIN, *t.shape[1:]) for t in vae_targets],
-        "repa_targets": [t.reshape(V, N_TRAIN, *t.shape[1:]) for t in repa_targets],
+        "z": ((z - shift) / scale).reshape(V, n_train, *z.shape[1:]),
+        "vae_targets": [t.reshape(V, n_train, *t.shape[1:]) for t in vae_targets],
+        "repa_targets": [t.reshape(V, n_train, *t.shape[1:]) for t in repa_targets],
         "y": data["y"],
         "z_held": (z_held - shift) / scale,
         "y_held": data["y_held"],

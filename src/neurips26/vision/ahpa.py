@@ -1,11 +1,17 @@
 """AHPA: timestep-routed alignment of a diffusion transformer to the frozen VAE encoder's feature hierarchy.
 
-Implements "Adaptive Hierarchical Prior Alignment" (AHPA, arXiv 2605.03317; seed paragraph "Representation
-alignment has recently emerged as ..."). REPA-style methods pull an early hidden state of a Diffusion
-Transformer towards one fixed target representation at every noise level. AHPA instead reads ``L``
-intermediate feature maps of the frozen VAE encoder that the latent diffusion model already uses (fine,
-local levels to coarse, pre-latent levels), projects the DiT hidden state to each of them, and lets a small
-timestep-conditioned Dynamic Router weight the per-level alignment losses. Nothing of it runs at sampling.
+Paper
+-----
+"Adaptive Hierarchical Prior Alignment" (AHPA), arXiv 2605.03317; seed file ``004_01f475bc147a144d.txt``,
+abstract beginning "Representation alignment has recently emerged as". Reference code: github.com/UIOSN/AHPA
+(README only: built on SiT + REPA; code pending), so the router's training rule below is the spec's
+inferred rule, not the paper's.
+
+REPA-style methods pull an early hidden state of a Diffusion Transformer towards one fixed target
+representation at every noise level. AHPA instead reads ``L`` intermediate feature maps of the frozen VAE
+encoder that the latent diffusion model already uses (fine, local levels to coarse, pre-latent levels),
+projects the DiT hidden state to each of them, and lets a small timestep-conditioned Dynamic Router weight
+the per-level alignment losses. Nothing of it runs at sampling.
 
 Building blocks are diffusers' :class:`~diffusers.DiTTransformer2DModel` (adaLN-Zero, class-conditional; the
 hidden state after block ``k`` is read by a forward hook on ``transformer_blocks[k]``), a diffusers
@@ -47,6 +53,7 @@ Shapes
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -318,13 +325,20 @@ class HierarchicalFeatureExtractor(nn.Module):
         self._store.clear()
         try:
             self.encoder(x)
-        except RuntimeError as err:
+        except (RuntimeError, IndexError) as err:
             raise ValueError(f"x of shape {tuple(x.shape)} does not fit the encoder: {err}") from err
         out = []
         for i, name in enumerate(self.layer_names):
             if name not in self._store:
                 raise RuntimeError(f"layer {name!r} did not run in the encoder's forward")
             feat = self._store[name].detach()
+            if feat.dim() != 4:
+                raise ValueError(
+                    f"x of shape {tuple(x.shape)} gave layer {name!r} a map of shape "
+                    f"{tuple(feat.shape)}; expected (B, C, H, W)"
+                )
+            if not bool(torch.isfinite(feat).all()):
+                raise ValueError(f"x gave non-finite features at layer {name!r} (input magnitude too large?)")
             if self.global_level and i == len(self.layer_names) - 1:
                 n = self.token_grid[0] * self.token_grid[1]
                 out.append(feat.flatten(2).mean(-1)[:, None, :].expand(-1, n, -1).contiguous())
@@ -722,7 +736,11 @@ def frechet_distance(feats_a: Any, feats_b: Any) -> float:
         )
     mu_a, mu_b = a.mean(0), b.mean(0)
     cov_a, cov_b = np.atleast_2d(np.cov(a, rowvar=False)), np.atleast_2d(np.cov(b, rowvar=False))
-    covmean = linalg.sqrtm(cov_a @ cov_b)
-    covmean = np.real(covmean)
+    with warnings.catch_warnings():  # singular covariances (few samples, many features) are expected
+        warnings.simplefilter("ignore", linalg.LinAlgWarning)
+        covmean = np.real(linalg.sqrtm(cov_a @ cov_b))
+    if not np.isfinite(covmean).all():  # the usual FID fallback: a small diagonal offset
+        offset = np.eye(a.shape[1]) * 1e-6
+        covmean = np.real(linalg.sqrtm((cov_a + offset) @ (cov_b + offset)))
     value = float(((mu_a - mu_b) ** 2).sum() + np.trace(cov_a) + np.trace(cov_b) - 2 * np.trace(covmean))
     return max(value, 0.0)
