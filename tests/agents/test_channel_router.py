@@ -438,9 +438,9 @@ def test_hf_channel_shared_prefix_sampling_equals_independent_prompts():
     tok = char_tokenizer("0123456789+-=() abcdefghijklmnopqrstuvwxyz")
     model = build_tiny_lm("llama", vocab_size=len(tok), seed=0).eval()
     ch = HFChannel(model, tok, max_new_tokens=5, temperature=0.0, chat=False, batch_size=8, name="tiny")
-    prompts = ["12+3=", "abc def (1)", "9="]
+    prompts = ["1=", "abcdefghij klmnop qrstuv 123456 (7)", "9 9 9="]  # left padding in the shared batch
     shared = ch.generate_batch(prompts, seed=0, n=3)
-    separate = ch.generate_batch([p for p in prompts for _ in range(3)], seed=0, n=1)
+    separate = [ch.generate_batch([p], seed=0, n=1)[0] for p in prompts for _ in range(3)]
     assert [(s.text, s.tokens_in, s.tokens_out) for s in shared] == [
         (s.text, s.tokens_in, s.tokens_out) for s in separate
     ]

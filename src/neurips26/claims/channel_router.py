@@ -578,7 +578,8 @@ def _lm_testbed(cfg: dict[str, Any], seed: int) -> dict[str, Any]:
             "generation_s": gen_s,
             "pool_prompts": {k: len(c.pools) for k, c in chans.items()},
             "tiny_params": int(chans["tiny"].base.params),
-            "tiny_final_loss": chans["tiny"].tiny_history.get("losses", [math.nan])[-1],
+            "tiny_final_loss": chans["tiny"].tiny_history.get("final_loss", math.nan),
+            "tiny_train_s": chans["tiny"].tiny_history.get("seconds", math.nan),
             "prices": {k: [c.price_in, c.price_out] for k, c in chans.items()},
         },
     }

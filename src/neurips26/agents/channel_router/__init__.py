@@ -1,9 +1,18 @@
 """Channel-coded reliability for LLM agents: six reliability operators, two closed-form design
 criteria and a cost-aware semantic nearest-neighbour router.
 
-Implements "A Communication-Theoretic Framework for LLM Agents: Cost-Aware Adaptive Reliability"
-(Omidvar & Akhlaghi, arXiv 2605.09121; seed paragraph beginning "Agents built on large language
-models"). An LLM sampled at temperature ``T`` is a noisy discrete channel ``p(y | x)``; the usual
+Paper
+-----
+"A Communication-Theoretic Framework for LLM Agents: Cost-Aware Adaptive Reliability" (Omidvar &
+Akhlaghi, arXiv 2605.09121); seed file ``004_01f475bc147a144d.txt``, abstract beginning "Agents built
+on large language models". The reference implementation (AgentCodec) is under a noncommercial licence
+and was read for facts only; this module is written independently. The closed-form derivations
+(threshold A, contraction model B) and the router's k, weighting and embedder are inferred (see the
+spec), not taken from the paper.
+
+Method
+------
+An LLM sampled at temperature ``T`` is a noisy discrete channel ``p(y | x)``; the usual
 reliability tricks are channel-coding operators over it:
 
 * O1 :func:`diversity_combining` (majority = equal-gain, best-of-N = selection, weighted vote =

@@ -395,9 +395,12 @@ class HFChannel(Channel):
                     torch.manual_seed(seed + start)
                     if n > 1 and ids.shape[1] > 1:
                         cache = DynamicCache(config=self.model.config)
+                        # positions as generate() computes them for left-padded rows
+                        positions = (mask.long().cumsum(-1) - 1).clamp(min=0)
                         self.model(
                             input_ids=ids[:, :-1],
                             attention_mask=mask[:, :-1],
+                            position_ids=positions[:, :-1],
                             past_key_values=cache,
                             use_cache=True,
                         )
