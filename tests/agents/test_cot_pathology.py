@@ -476,3 +476,27 @@ def test_controller_errors(lm):
         VerifyCue([5], 0, [TASK.delimiter], TASK.eos)
     with pytest.raises(ValueError, match="pattern"):
         AnswerRegexStop(TASK.decode, "", 3)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.integers(-1, 3), max_size=14),
+    st.lists(st.floats(0.0, 4.0), min_size=14, max_size=14),
+    st.booleans(),
+)
+def test_detectors_on_random_trajectories(states, unc, graph_aware):
+    """Any trajectory: finite scores, onsets inside the trace, and fired => onset (except P3/P4 by run)."""
+    ref = _ref()
+    traj = Trajectory(
+        tuple(states), tuple(unc[: len(states)]), tuple("1" if s == ANSWER else None for s in states)
+    )
+    for p, res in detect_all(traj, ref, graph_aware=graph_aware).items():
+        assert math.isfinite(res.score), p
+        if res.fired:
+            assert res.onset is not None and 0 <= res.onset < len(states), (p, res)
+        else:
+            assert res.onset is None, (p, res)
+    # P1 and P5 read only answers and states: the graph switch cannot change them
+    a, b = detect_all(traj, ref, graph_aware=True), detect_all(traj, ref, graph_aware=False)
+    for p in (Pathology.PREMATURE_COMMITMENT, Pathology.OVERRUN, Pathology.REVERSAL):
+        assert a[p] == b[p]

@@ -382,7 +382,7 @@ def _run_inner(cfg: dict, seed: int) -> SeedResult:
     sched = [random_schedule([c], h, gen)[0] for c, h in zip(counts, horizon)]
     cots["g3_random"], _ = run_arm(controller(None, "random", sched))
     ref_lengths = [len(c) for _, c in ref_clean]
-    budget = int(np.percentile(ref_lengths, 90))
+    budget = min(int(np.percentile(ref_lengths, 90)), cfg["max_new_tokens"])
     cots["g1_budget"], _ = run_arm(None, budget)
     from transformers import NoRepeatNGramLogitsProcessor
 
@@ -739,7 +739,7 @@ CONFIGS = {
         **_COMMON,
         "hidden": 32,
         "layers": 2,
-        "train_steps": 10,
+        "train_steps": 20,
         "batch": 16,
         "n_ref": 16,
         "n_eval": 12,

@@ -414,7 +414,12 @@ class PathologyController(LogitsProcessor):
         banned: set[int] = set()
         if row.ban_marker_step and self.marker:
             banned.update(self.marker)
-            if float(logp[self.marker].exp().sum()) > 0.05:
+            noted = (
+                row.log
+                and row.log[-1]["pathology"] == "premature_commitment"
+                and row.log[-1]["step"] == len(row.states)
+            )
+            if not noted and float(logp[self.marker].exp().sum()) > 0.05:  # one intervention per step
                 self._note(i, Pathology.PREMATURE_COMMITMENT, "ban_answer_marker")
         k = len(partial)
         for seq in row.banned_prefixes:
@@ -425,9 +430,11 @@ class PathologyController(LogitsProcessor):
             thr = self.thresholds[p]
             on = thr is None or thr <= 1.0
             timed = self.timing == "random" and self._scheduled(i, p, len(row.states))
-            if on or timed:
-                a = self._supported_answer(row)
-                if a is not None and k == 1 and partial[0] in self.marker and (on or timed):
+            starts_answer = k == 1 and partial[0] in self.marker
+            may_abandon = on and not any(x is not None for x in row.answers)
+            if (on or timed) and (starts_answer or may_abandon):
+                a = self._supported_answer(row) if starts_answer else None
+                if a is not None and starts_answer:
                     s, e = row.spans[a]
                     rest = row.tokens[s:e][1:]
                     if rest and row.counts[p] < self.max_interventions:
@@ -437,7 +444,7 @@ class PathologyController(LogitsProcessor):
                         z.fill_(-math.inf)
                         z[rest[0]] = keep if math.isfinite(float(keep)) else 0.0
                         return
-                if on and not any(x is not None for x in row.answers) and float(logp[self.eos].exp()) > 0.05:
+                if may_abandon and float(logp[self.eos].exp()) > 0.05:
                     if row.counts[p] < self.max_interventions:
                         self._note(i, p, "ban_eos_force_marker")
                         row.forced = list(self.marker[1:])
