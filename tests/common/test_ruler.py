@@ -11,6 +11,7 @@ import torch
 
 from neurips26.common import ruler
 from neurips26.common.ruler import TASKS, generate, score_item, string_match_all, string_match_part
+from neurips26.common.ruler.scoring import _answer_text
 
 NIAH = [t for t in TASKS if t.startswith("niah")]
 
@@ -145,14 +146,16 @@ def test_evaluator_with_dynamic_cache_equals_plain_generate(char_tok):
     for it, row, row1 in zip(items, rows, rows_b1):
         ids = torch.tensor([it.input_ids])
         out = model.generate(ids, max_new_tokens=6, do_sample=False, pad_token_id=0)[0, ids.shape[1] :]
-        text = ruler._answer_text(char_tok.decode(out.tolist(), skip_special_tokens=True))
+        text = _answer_text(char_tok.decode(out.tolist(), skip_special_tokens=True))
         assert row["prediction"] == text == row1["prediction"]
         assert row["score"] == score_item(text, it.answers)
     table = ruler.evaluate(model, char_tok, tasks=("niah_single_1", "vt"), lengths=(700,), n=2, batch_size=2,
                            template="base", max_new_tokens=3)  # fmt: skip
     assert [(r["task"], r["n"]) for r in table] == [("niah_single_1", 2), ("vt", 2)]
     for r in table:
-        assert 0 <= r["accuracy"] <= 1 and r["prefill_s"] > 0 and r["gen_tokens"] <= 3 and r["peak_rss_mb"] > 0
+        assert (
+            0 <= r["accuracy"] <= 1 and r["prefill_s"] > 0 and r["gen_tokens"] <= 3 and r["peak_rss_mb"] > 0
+        )
 
 
 def test_evaluator_runs_a_quantised_cache_and_an_attention_function(char_tok):
