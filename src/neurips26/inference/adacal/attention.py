@@ -45,7 +45,7 @@ def sparse_prefill_attention(
         Logit scale (default ``d ** -0.5``).
     attention_mask : Tensor ``[b, 1, n, n]``, optional
         ``transformers`` 4-D mask: bool (True = attend) or additive float.
-    backend : {"masked", "gather", "flex"}
+    backend : {"masked", "gather", "flex", "flex_compiled"}
         ``"masked"`` (default): expand the block mask to tokens and make one masked SDPA call (dense
         cost, exact; the fastest pure-torch option on CPU). ``"gather"``: per query block, gather
         the selected key blocks and attend to them, so the arithmetic scales with the density
@@ -54,6 +54,12 @@ def sparse_prefill_attention(
         :func:`flex_block_mask` (GQA through ``enable_gqa``, a short tail block handled by
         ``seq_lengths``); compiled with ``torch.compile`` on CUDA, where only the selected blocks are
         computed; eager on other devices (exact, unfused: it materialises the full score matrix).
+        ``"flex_compiled"``: the same, compiled with ``torch.compile`` on every device, CPU included
+        (inductor generates a C++ block-sparse kernel that visits only the selected blocks). The first
+        call in a process compiles (minutes on a small CPU; inductor caches the kernel on disk for later
+        processes); without a padding mask, the ``BlockMask``'s ``mask_mod`` is the causal rule alone
+        (the block lists already hold exactly the selected blocks), so a new plan of the same shape
+        reuses the compiled kernel.
 
     Returns
     -------
@@ -85,7 +91,7 @@ def sparse_prefill_attention(
         raise ValueError(
             f"block_mask must end with ({nb}, {nb}) for n={n}, block_size={block_size}; got {tuple(block_mask.shape)}"
         )
-    check_choice("backend", backend, ("gather", "masked", "flex"))
+    check_choice("backend", backend, ("gather", "masked", "flex", "flex_compiled"))
     scale = (
         d**-0.5
         if scale is None
@@ -102,8 +108,9 @@ def sparse_prefill_attention(
         else:
             allowed_tok = am > torch.finfo(am.dtype).min / 2
             additive = torch.where(allowed_tok, am, torch.zeros_like(am)).to(q.dtype)
-    if backend == "flex":
-        return _flex_attention(q, k, v, block_mask, block_size, scale, allowed_tok, additive)
+    if backend in ("flex", "flex_compiled"):
+        compiled = backend == "flex_compiled" or q.device.type == "cuda"
+        return _flex_attention(q, k, v, block_mask, block_size, scale, allowed_tok, additive, compiled)
     ke, ve = _expand_kv(k, h), _expand_kv(v, h)
     if backend == "masked":
         return _masked_attention(q, ke, ve, block_mask, block_size, scale, allowed_tok, additive)
@@ -184,6 +191,8 @@ def flex_block_mask(
     block_size: int,
     n: int,
     attention_mask: torch.Tensor | None = None,
+    *,
+    lookup: bool = True,
 ):
     """Translate a block plan into a ``torch.nn.attention.flex_attention.BlockMask``.
 
@@ -207,6 +216,11 @@ def flex_block_mask(
     attention_mask : Tensor ``[b, 1, n, n]``, optional
         ``transformers`` 4-D mask (bool, True = attend; or additive float, where entries at or
         below ``finfo.min / 2`` count as masked).
+    lookup : bool
+        ``True`` (default): ``mask_mod`` also looks the block up (exact in eager mode, which evaluates
+        ``mask_mod`` everywhere). ``False``, without ``attention_mask``: ``mask_mod`` is the causal rule
+        alone, exact for a compiled kernel (which visits only the listed blocks) and free of captured
+        tensors, so one compiled kernel serves every plan of the same shape.
 
     Returns
     -------
@@ -247,15 +261,20 @@ def flex_block_mask(
     tokens = torch.arange(n, device=dev)
     per_b, per_h = bm.shape[0] > 1, bm.shape[1] > 1  # size-1 dims broadcast over the batch / heads
 
-    def lookup(b, h, q_idx, kv_idx):
+    def lookup_block(b, h, q_idx, kv_idx):
         return bm[b if per_b else 0, h if per_h else 0, q_idx // block_size, kv_idx // block_size]
 
     if allowed_tok is None:
         partial_n, partial_i = kv_lists(bm & eye)
         full_n, full_i = kv_lists(bm & ~eye)
 
-        def mask_mod(b, h, q_idx, kv_idx):
-            return (kv_idx <= q_idx) & lookup(b, h, q_idx, kv_idx)
+        if lookup:
+
+            def mask_mod(b, h, q_idx, kv_idx):
+                return (kv_idx <= q_idx) & lookup_block(b, h, q_idx, kv_idx)
+
+        else:
+            mask_mod = _causal_mask_mod
 
     else:
         partial_n, partial_i = kv_lists(bm)
@@ -268,7 +287,7 @@ def flex_block_mask(
 
         def mask_mod(b, h, q_idx, kv_idx):
             ab = b if per_ab else 0
-            ok = (kv_idx <= q_idx) & lookup(b, h, q_idx, kv_idx) & allowed_tok[ab, q_idx, kv_idx]
+            ok = (kv_idx <= q_idx) & lookup_block(b, h, q_idx, kv_idx) & allowed_tok[ab, q_idx, kv_idx]
             return ok | (empty[b if per_eb else 0, h if per_h else 0, q_idx] & (kv_idx == q_idx))
 
     return BlockMask.from_kv_blocks(
@@ -276,25 +295,29 @@ def flex_block_mask(
     )
 
 
+def _causal_mask_mod(b, h, q_idx, kv_idx):
+    return kv_idx <= q_idx
+
+
 _COMPILED_FLEX: dict[str, Any] = {}
 
 
-def _flex_fn(device: torch.device):
-    """``flex_attention``: compiled once per process on CUDA (fused block-sparse kernel), eager elsewhere."""
+def _flex_fn(compiled: bool):
+    """``flex_attention``, compiled once per process (fused block-sparse kernel) or eager."""
     from torch.nn.attention.flex_attention import flex_attention
 
-    if device.type != "cuda":
+    if not compiled:
         return flex_attention
-    if "cuda" not in _COMPILED_FLEX:
-        _COMPILED_FLEX["cuda"] = torch.compile(flex_attention, dynamic=False)
-    return _COMPILED_FLEX["cuda"]
+    if "compiled" not in _COMPILED_FLEX:
+        _COMPILED_FLEX["compiled"] = torch.compile(flex_attention, dynamic=False)
+    return _COMPILED_FLEX["compiled"]
 
 
-def _flex_attention(q, k, v, block_mask, block_size, scale, allowed_tok, additive):
+def _flex_attention(q, k, v, block_mask, block_size, scale, allowed_tok, additive, compiled):
     """Flex-attention path of :func:`sparse_prefill_attention` (``q [b,h,n,d]``, ``k, v [b,h_kv,n,d]``)."""
     b, h, n, _ = q.shape
     mask4 = None if allowed_tok is None else allowed_tok.expand(b, 1, n, n)
-    bmask = flex_block_mask(block_mask, block_size, n, mask4)
+    bmask = flex_block_mask(block_mask, block_size, n, mask4, lookup=not compiled)
     score_mod = None
     if additive is not None:
         add = additive.expand(b, 1, n, n)[:, 0].to(torch.float32)
@@ -305,7 +328,7 @@ def _flex_attention(q, k, v, block_mask, block_size, scale, allowed_tok, additiv
     with warnings.catch_warnings():
         # eager flex_attention warns that it is unfused; that is the documented CPU behaviour here
         warnings.filterwarnings("ignore", message=".*flex_attention called without torch.compile.*")
-        out = _flex_fn(q.device)(
+        out = _flex_fn(compiled)(
             q,
             k,
             v,
