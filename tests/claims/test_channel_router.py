@@ -65,3 +65,36 @@ def test_lm_helpers_parse_prompts():
     assert _expression("Martha is knitting 3 hats.") is None
     prompt = "Which option equals 2 + 3?\nOptions: A) 4  B) 5  C) 15  D) 3\nReply with the letter"
     assert _lm_parse(prompt, "B") == "5" and _lm_parse(prompt, "The answer is 15") == "15"
+
+
+class _FakeLM:
+    """generate_batch stub: completion i of a prompt is the number i (counts calls)."""
+
+    temperature, price_in, price_out = 0.5, 0.0, 2.0
+
+    def __init__(self):
+        self.calls = 0
+
+    def generate_batch(self, prompts, *, seed, n=1):
+        from neurips26.agents.channel_router import Sample
+
+        self.calls += 1
+        return [Sample(str(i), str(i), None, 3, 1) for _ in prompts for i in range(n)]
+
+
+def test_pool_channel_serves_without_replacement_then_live(tmp_path, monkeypatch):
+    from neurips26.agents.channel_router import Task
+    from neurips26.claims.channel_router import PoolChannel
+
+    monkeypatch.setenv("NEURIPS26_CACHE", str(tmp_path))
+    base = _FakeLM()
+    ch = PoolChannel(base, name="fake", cache_tag={"test": 1})
+    ch.warm(["q"], 4)
+    task = Task("q")
+    rng = np.random.default_rng(0)
+    got = [ch.sample(task, 1, rng=rng)[0].answer for _ in range(4)]
+    assert sorted(got) == ["0", "1", "2", "3"] and ch.live == 0  # a permutation of the pool
+    again = [ch.sample(task, 1, rng=np.random.default_rng(0))[0].answer]
+    assert again[0] == got[0]  # same rng seed, same order (common random numbers across arms)
+    ch.sample(task, 1, rng=rng)  # pool exhausted for this rng: generated live
+    assert ch.live == 1 and all(s.cost == 2.0 for s in ch.sample(task, 2, rng=np.random.default_rng(1)))
