@@ -318,7 +318,7 @@ def test_sparsity_outside_unit_interval_is_rejected(bad):
 def test_unknown_role_key_and_bad_method():
     w = torch.randn(2, 3)
     stats = RoleStats.zeros(3)
-    with pytest.raises(KeyError, match="unknown role"):
+    with pytest.raises(KeyError, match="unknown role"):  # also a ValueError (UnknownRoleError)
         skim_saliency(w, stats, {"decisoin": 1.0})
     with pytest.raises(ValueError, match="method"):
         prune_model(tiny(), None, 0.5, "sparsegpt")

@@ -51,6 +51,13 @@ class TokenRole(IntEnum):
     FORMAT = 2
 
 
+class UnknownRoleError(KeyError, ValueError):
+    """An unknown role name in a role-weight dict (a ``KeyError`` that is also a ``ValueError``)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
 ROLE_NAMES = {"context": TokenRole.CONTEXT, "decision": TokenRole.DECISION, "format": TokenRole.FORMAT}
 
 
@@ -62,9 +69,11 @@ def role_weight_vector(weights: dict[str, float] | None, default: dict[str, floa
             raise TypeError(f"role_weights must be a dict role -> weight, got {type(weights).__name__}")
         for key, value in weights.items():
             if key not in ROLE_NAMES:
-                raise KeyError(f"unknown role {key!r} in role weights; roles are {sorted(ROLE_NAMES)}")
+                raise UnknownRoleError(
+                    f"unknown role {key!r} in role_weights; roles are {sorted(ROLE_NAMES)}"
+                )
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-                raise ValueError(f"role weight for {key!r} must be a number >= 0, got {value!r}")
+                raise ValueError(f"role_weights[{key!r}] must be a number >= 0, got {value!r}")
             merged[key] = float(value)
     out = torch.zeros(3, dtype=torch.float64)
     for key, value in merged.items():
@@ -410,6 +419,7 @@ def constrained_generate(
 
 
 __all__ = [
+    "UnknownRoleError",
     "IGNORE",
     "TokenRole",
     "ROLE_NAMES",

@@ -206,11 +206,16 @@ def saliency_mask(scores: torch.Tensor, sparsity: float, pattern: str | None = N
         keep.scatter_(-1, order[..., :2], False)
         return keep.reshape(d_out, d_in)
     k = math.floor(sparsity * d_in)
-    keep = torch.ones(d_out, d_in, dtype=torch.bool)
-    if k:
-        order = torch.sort(scores, dim=1, stable=True).indices
-        keep.scatter_(1, order[:, :k], False)
-    return keep
+    if not k:
+        return torch.ones(d_out, d_in, dtype=torch.bool)
+    # selection instead of a full sort: drop everything below the k-th smallest score, then the
+    # first (by column) of the entries tied with it until exactly k are dropped
+    kth = scores.kthvalue(k, dim=1, keepdim=True).values
+    drop = scores < kth
+    tied = scores == kth
+    need = k - drop.sum(1, keepdim=True)
+    drop |= tied & (tied.cumsum(1) <= need)
+    return ~drop
 
 
 @dataclass
