@@ -429,3 +429,22 @@ def test_frechet_distance_closed_form_and_errors():
         frechet_distance(a, a[:, :1])
     with pytest.raises(ValueError, match="feats_b"):
         frechet_distance(a, np.full((3, 2), math.nan))
+
+
+def test_router_objective_learns_snr_dependent_preference():
+    # standardised losses where coarse levels are relatively cheaper at high noise and fine ones at low noise:
+    # minimising the router objective must move weight to coarse levels as t -> 1 (no prior bias involved)
+    torch.manual_seed(0)
+    router = TimestepRouter(4, t_embed_dim=16, hidden=16, snr_prior=False)
+    opt = torch.optim.Adam(router.parameters(), lr=1e-2)
+    pos = torch.linspace(-1, 1, 4)
+    g = torch.Generator().manual_seed(0)
+    for _ in range(150):
+        t = torch.rand(32, generator=g)
+        std = -(2 * t[:, None] - 1) * pos[None, :]
+        loss = router.objective(router(t), std)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    w = router(torch.tensor([0.05, 0.95]))
+    assert w[1, 3] > 0.5 > w[0, 3] and w[0, 0] > 0.5 > w[1, 0]
