@@ -1,0 +1,348 @@
+"""The KIVI-layout quantised layer: block-appendable codes plus a full-precision residual window."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from transformers.cache_utils import BaseQuantizedLayer
+
+from neurips26.common.checks import check_int
+from neurips26.inference.quant.memory import _measured, held_bytes_report
+from neurips26.inference.quant.packing import FULL_PRECISION_BITS, check_bits
+from neurips26.inference.quant.tensors import FullPrecisionBlock, quantize_asym
+
+
+def check_kv_states(key_states: Any, value_states: Any, layer: Any = None) -> None:
+    """Validate one ``update`` of a KV-cache layer; raise ``TypeError``/``ValueError`` naming the argument.
+
+    Both must be finite floating-point ``[batch >= 1, kv_heads, new_tokens, head_dim]`` tensors of one
+    shape on a real (non-meta) device; once ``layer`` is initialised they must also match its dtype,
+    device, batch, heads and head size.
+    """
+    for name, t in (("key_states", key_states), ("value_states", value_states)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.is_meta:
+            raise ValueError(f"{name} is a meta tensor (no data); pass a materialised tensor")
+        if not t.is_floating_point():
+            raise TypeError(f"{name} must be a floating-point tensor, got {t.dtype}")
+        if t.dim() != 4 or t.shape[0] == 0 or t.shape[1] == 0 or t.shape[3] == 0:
+            raise ValueError(
+                f"{name} must be [batch >= 1, kv_heads, new_tokens, head_dim], got {tuple(t.shape)}"
+            )
+    if key_states.shape != value_states.shape or key_states.dtype != value_states.dtype:
+        raise ValueError(
+            f"key_states and value_states must share shape and dtype, got {tuple(key_states.shape)} "
+            f"{key_states.dtype} and {tuple(value_states.shape)} {value_states.dtype}"
+        )
+    if key_states.device != value_states.device:
+        raise ValueError(
+            f"key_states and value_states must share a device, got {key_states.device}, {value_states.device}"
+        )
+    for name, t in (("key_states", key_states), ("value_states", value_states)):
+        if not bool(torch.isfinite(t).all()):
+            raise ValueError(f"{name} contains NaN or inf")
+    if layer is not None and getattr(layer, "is_initialized", False):
+        ref = layer.keys
+        if key_states.dtype != ref.dtype or key_states.device != ref.device:
+            raise ValueError(
+                f"key_states must have the cache's dtype {ref.dtype} on {ref.device}, got {key_states.dtype} "
+                f"on {key_states.device}"
+            )
+        want = (ref.shape[0], ref.shape[1], ref.shape[3])
+        got = (key_states.shape[0], key_states.shape[1], key_states.shape[3])
+        if got != want:
+            raise ValueError(
+                f"key_states must be [{want[0]}, {want[1]}, new_tokens, {want[2]}] like the cache, got {tuple(key_states.shape)}"
+            )
+
+
+class KIVILayer(BaseQuantizedLayer):
+    """One decoder layer's KIVI-layout quantised KV cache (block-appendable, full-precision residual).
+
+    Keys are quantised per channel over blocks of ``group_size`` tokens (one (scale, zero) per channel
+    per block); values per token over groups of ``value_group_size`` channels. New tokens enter a
+    full-precision residual window; when it holds ``residual_length + group_size`` tokens the oldest
+    ``group_size`` tokens are quantised as one block, which is never re-quantised. ``nbits == 16``
+    disables quantisation (the layer then behaves exactly like ``DynamicLayer``).
+
+    The states returned by :meth:`update` for the current forward pass include the incoming tokens in
+    full precision (as in KIVI and ``transformers.QuantizedLayer``); later passes see their quantised
+    reconstruction.
+
+    Parameters
+    ----------
+    nbits : int
+        1, 2, 3, 4, 8 or 16.
+    group_size : int
+        Tokens per key block (``G``).
+    residual_length : int
+        Full-precision window ``R`` (>= 0).
+    value_group_size : int or None
+        Channels per value group; ``None`` -> ``min(head_dim, 32)``. Must divide ``head_dim``.
+    keep_dequantized : bool
+        Keep a dequantised copy of the blocks to avoid unpacking at every step (faster; the memory
+        reports still measure the packed storage only).
+    meta_dtype : torch.dtype
+        Dtype of scales and zeros.
+
+    Shapes
+    ------
+    ``key_states``/``value_states``: ``[batch, kv_heads, new_tokens, head_dim]``; returned states
+    ``[batch, kv_heads, seq_len, head_dim]``.
+    """
+
+    def __init__(
+        self,
+        nbits: int = 2,
+        group_size: int = 32,
+        residual_length: int = 32,
+        value_group_size: int | None = None,
+        keep_dequantized: bool = False,
+        meta_dtype: torch.dtype = torch.float16,
+    ):
+        super().__init__()
+        self.nbits = check_bits("nbits", nbits)
+        self.group_size = check_int("group_size", group_size, low=1)
+        self.residual_length = check_int("residual_length", residual_length, low=0)
+        if value_group_size is not None:
+            check_int("value_group_size", value_group_size, low=1)
+        self.value_group_size = value_group_size
+        self.keep_dequantized = bool(keep_dequantized)
+        self.meta_dtype = meta_dtype
+        self.key_blocks: list[Any] = []
+        self.value_blocks: list[Any] = []
+        self.block_bits: list[int] = []
+        self._deq_keys: torch.Tensor | None = None
+        self._deq_values: torch.Tensor | None = None
+
+    # -- transformers API -----------------------------------------------------------------------
+    @property
+    def is_croppable(self) -> bool:  # type: ignore[override]
+        """Cropping restores the returned states exactly only when nothing is quantised."""
+        return not self.key_blocks
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        if key_states.dim() != 4 or value_states.dim() != 4:
+            raise ValueError("key_states and value_states must be [batch, kv_heads, seq, head_dim]")
+        head_dim = value_states.shape[-1]
+        if self.value_group_size is None:
+            self.value_group_size = min(head_dim, 32)
+        if head_dim % self.value_group_size:
+            raise ValueError(f"value_group_size ({self.value_group_size}) must divide head_dim ({head_dim})")
+        self.device = key_states.device
+        self.dtype = key_states.dtype
+        self.keys = key_states[..., :0, :].clone()
+        self.values = value_states[..., :0, :].clone()
+        self.is_initialized = True
+
+    def _quantize(self, tensor: torch.Tensor, axis: int = -1, bits: int | None = None, group_size: int = 32):
+        bits = self.nbits if bits is None else bits
+        if bits == FULL_PRECISION_BITS:  # a copy: the block must not keep the (larger) source alive
+            return FullPrecisionBlock(tensor.clone(memory_format=torch.contiguous_format))
+        return quantize_asym(tensor, bits, group_size, axis=axis, meta_dtype=self.meta_dtype)
+
+    def _dequantize(self, q_tensor) -> torch.Tensor:
+        return q_tensor.dequantize()
+
+    def _next_block_bits(self) -> int:
+        """Bit-width of the block about to be flushed (hook for mixed-precision subclasses)."""
+        return self.nbits
+
+    def _next_block_kv_bits(self) -> tuple[int, int]:
+        """``(key bits, value bits)`` of the block about to be flushed; both :meth:`_next_block_bits`
+        unless a subclass allocates keys and values separately."""
+        bits = self._next_block_bits()
+        return bits, bits
+
+    def _flush_block(self, k: torch.Tensor, v: torch.Tensor) -> None:
+        kbits, vbits = self._next_block_kv_bits()
+        kq = self._quantize(k, axis=-2, bits=kbits, group_size=self.group_size)
+        vq = self._quantize(v, axis=-1, bits=vbits, group_size=self.value_group_size)
+        self.key_blocks.append(kq)
+        self.value_blocks.append(vq)
+        self.block_bits.append(vbits)
+        if self.keep_dequantized:
+            kd, vd = kq.dequantize(), vq.dequantize()
+            self._deq_keys = kd if self._deq_keys is None else torch.cat([self._deq_keys, kd], dim=-2)
+            self._deq_values = vd if self._deq_values is None else torch.cat([self._deq_values, vd], dim=-2)
+
+    def dequantized_states(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Concatenation of all stored blocks, ``[batch, kv_heads, quantized_len, head_dim]`` each."""
+        if not self.key_blocks:
+            return self.keys[..., :0, :], self.values[..., :0, :]
+        if self.keep_dequantized and self._deq_keys is not None:
+            return self._deq_keys, self._deq_values
+        k = torch.cat([b.dequantize() for b in self.key_blocks], dim=-2)
+        v = torch.cat([b.dequantize() for b in self.value_blocks], dim=-2)
+        return k, v
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        """Append new states, return ``(keys, values)`` covering the whole sequence (see class doc)."""
+        check_kv_states(key_states, value_states, self)
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        self.cumulative_length += key_states.shape[-2]
+        res_k = torch.cat([self.keys, key_states], dim=-2)
+        res_v = torch.cat([self.values, value_states], dim=-2)
+        if self.key_blocks:
+            dk, dv = self.dequantized_states()
+            out_k, out_v = torch.cat([dk, res_k], dim=-2), torch.cat([dv, res_v], dim=-2)
+        else:
+            out_k, out_v = res_k, res_v
+        if self.nbits != FULL_PRECISION_BITS:
+            start = 0
+            while res_k.shape[-2] - start >= self.residual_length + self.group_size:
+                stop = start + self.group_size
+                self._flush_block(res_k[..., start:stop, :], res_v[..., start:stop, :])
+                start = stop
+            if start:  # copy the window out: a view would keep the whole concatenation (the prefill) alive
+                res_k, res_v = res_k[..., start:, :].clone(), res_v[..., start:, :].clone()
+        self.keys, self.values = res_k, res_v
+        return out_k, out_v
+
+    def get_seq_length(self) -> int:
+        return self.cumulative_length
+
+    def reset(self) -> None:
+        super().reset()
+        self.key_blocks, self.value_blocks, self.block_bits = [], [], []
+        self._deq_keys = self._deq_values = None
+
+    def _map_blocks(self, fn) -> None:
+        self.key_blocks = [fn(b) for b in self.key_blocks]
+        self.value_blocks = [fn(b) for b in self.value_blocks]
+        if self._deq_keys is not None:
+            self._deq_keys, self._deq_values = (
+                fn(FullPrecisionBlock(self._deq_keys)).data,
+                fn(FullPrecisionBlock(self._deq_values)).data,
+            )
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        """Reorder the batch (beam search); exact, the packed codes are permuted without unpacking."""
+        if not self.is_initialized:
+            return
+        self.keys = self.keys.index_select(0, beam_idx.to(self.keys.device))
+        self.values = self.values.index_select(0, beam_idx.to(self.values.device))
+        self._map_blocks(lambda b: b.index_select(beam_idx))
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        if not self.is_initialized:
+            return
+        if indices.dtype == torch.bool:
+            indices = indices.nonzero().flatten()
+        indices = torch.as_tensor(indices, device=self.keys.device)
+        self.reorder_cache(indices)
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        if not self.is_initialized:
+            return
+        self.keys = self.keys.repeat_interleave(repeats, dim=0)
+        self.values = self.values.repeat_interleave(repeats, dim=0)
+        self._map_blocks(lambda b: b.repeat_interleave(repeats))
+
+    def crop(self, tokens_to_remove: int) -> None:
+        """Remove the last ``-tokens_to_remove`` tokens (``DynamicLayer.crop`` convention).
+
+        Tokens removed from the residual window disappear exactly. When the cut falls inside a quantised
+        block, the kept part of that block moves back to the residual window as its dequantised values,
+        so the states returned afterwards equal the prefix of those returned before.
+        """
+        if tokens_to_remove > 0:
+            raise ValueError(
+                f"Calling `crop` with a positive value (`{tokens_to_remove}`) is not supported; pass a negative "
+                "number of tokens to remove"
+            )
+        remove = -tokens_to_remove
+        if remove == 0 or not self.is_initialized:
+            return
+        remove = min(remove, self.cumulative_length)
+        self.cumulative_length -= remove
+        r = self.keys.shape[-2]
+        if remove <= r:
+            self.keys, self.values = (
+                self.keys[..., : r - remove, :].clone(),
+                self.values[..., : r - remove, :].clone(),
+            )
+            return
+        remove -= r
+        self.keys, self.values = self.keys[..., :0, :], self.values[..., :0, :]
+        while remove > 0 and self.key_blocks:
+            kb, vb = self.key_blocks.pop(), self.value_blocks.pop()
+            self.block_bits.pop()
+            n = kb.shape[-2]
+            if remove < n:
+                keep = n - remove
+                self.keys = kb.dequantize()[..., :keep, :].clone()
+                self.values = vb.dequantize()[..., :keep, :].clone()
+                remove = 0
+            else:
+                remove -= n
+        if self.keep_dequantized and self._deq_keys is not None:
+            q_len = sum(b.shape[-2] for b in self.key_blocks)
+            self._deq_keys = self._deq_keys[..., :q_len, :].clone() if q_len else None
+            self._deq_values = self._deq_values[..., :q_len, :].clone() if q_len else None
+
+    # -- accounting -----------------------------------------------------------------------------
+    def held_tensors(self) -> list[tuple[str, torch.Tensor]]:
+        """Every tensor this layer holds, with its :data:`MEMORY_CATEGORIES` category."""
+        out: list[tuple[str, torch.Tensor]] = []
+        if self.is_initialized:
+            out += [("window", self.keys), ("window", self.values)]
+        for b in (*self.key_blocks, *self.value_blocks):
+            if isinstance(b, FullPrecisionBlock):
+                out.append(("codes", b.data))
+            else:
+                out += [("codes", b.codes), ("group_params", b.scale), ("group_params", b.zero)]
+        for t in (self._deq_keys, self._deq_values):
+            if t is not None:
+                out.append(("dequantized", t))
+        return out
+
+    def memory_report(self) -> dict[str, int]:
+        """Held bytes of this layer by category (:func:`held_bytes_report`), measured on its tensors."""
+        return held_bytes_report(self.held_tensors())
+
+    def memory_bytes(self, fp_itemsize: int | None = None) -> dict[str, int]:
+        """Stored bytes of this layer: measured (``fp_itemsize=None``) or the storage model.
+
+        Parameters
+        ----------
+        fp_itemsize : int or None
+            ``None``: what the layer holds, measured on its tensors in their real dtypes (``total``
+            equals ``memory_report()["total"]``; the extra keys ``encoder_state``, ``dequantized``,
+            ``controller`` give the non-stored categories). An int: the deployable storage model with
+            that many bytes per full-precision element for the residual (and 16-bit blocks): codes,
+            scales/zeros and window only (the quantity the claim checks compare).
+
+        Returns
+        -------
+        dict with ``payload``, ``metadata``, ``residual``, ``total`` (bytes), ``elements`` (number of
+        K and V scalars represented) and ``quantized_elements``.
+        """
+        payload = metadata = q_elems = 0
+        for b in (*self.key_blocks, *self.value_blocks):
+            if isinstance(b, FullPrecisionBlock):
+                item = b.data.element_size() if fp_itemsize is None else fp_itemsize
+                payload += b.numel * item
+            else:
+                payload += b.payload_nbytes
+                metadata += b.metadata_nbytes
+                q_elems += b.numel
+        residual = 0
+        if self.is_initialized:
+            item = self.keys.element_size() if fp_itemsize is None else fp_itemsize
+            residual = (self.keys.numel() + self.values.numel()) * item
+        elements = q_elems + sum(b.numel for b in (*self.key_blocks, *self.value_blocks) if b.bits == 16)
+        elements += (self.keys.numel() + self.values.numel()) if self.is_initialized else 0
+        counts = {"elements": elements, "quantized_elements": q_elems}
+        if fp_itemsize is None:
+            return {**_measured(self.memory_report()), **counts}
+        return {
+            "payload": payload,
+            "metadata": metadata,
+            "residual": residual,
+            "total": payload + metadata + residual,
+            **counts,
+        }
