@@ -1106,7 +1106,37 @@ def _specs_more() -> dict[str, Spec]:
 
 def _specs_new() -> dict[str, Spec]:
     """Components of the methods added for issues 17, 19 and 20."""
+    from neurips26.agents import channel_router as cr
+
     s: dict[str, Spec] = {}
+
+    # ------------------------------------------------------------------ agents
+    def _cr_router(Q, C, **kw):
+        prompts = [f"family {i % 3} item {i}" for i in range(6)]
+        arms = [cr.Arm(f"c{j}", "single") for j in range(3)]
+        init = {k: kw.pop(k) for k in ("k", "weighting", "temperature", "lam") if k in kw}
+        router = cr.SemanticKNNRouter(cr.HashingEmbedder(32), **{"k": 2, **init}).fit(prompts, arms, Q, C, **kw)
+        return router.estimates("family 1 item 9"), router.route("family 1 item 9")
+
+    def _cr_div(**kw):
+        answers = iter(["4", "5", "4", "6", "5", "4", "5", "4"] * 4)
+        ch = cr.Channel(lambda p, n, t: [next(answers) for _ in range(n)], name="scripted")
+        args = {"task": cr.Task("What is 2 + 2?", answer="4"), "channels": [ch], "rng": np.random.default_rng(0),
+                "n": 5, "judge": lambda t, a: float(a == t.answer), **kw}  # fmt: skip
+        res = cr.diversity_combining(args.pop("task"), args.pop("channels"), **args)
+        return {"cost": res.cost, "n_calls": res.n_calls}
+
+    s["channel_router.SemanticKNNRouter"] = Spec(
+        _cr_router,
+        tensors=lambda: {"Q": _rand(6, 3), "C": _rand(6, 3) + 0.5},
+        bad={"k": (0, 7, 2.5), "lam": (-1.0, float("nan"), float("inf")), "temperature": (0.0, -1.0),
+             "weighting": ("mean",)},  # fmt: skip
+    )
+    s["channel_router.diversity_combining"] = Spec(
+        _cr_div,
+        bad={"n": (0, -1, 2.5), "combine": ("mean",), "weights": ("softmax",), "channels": ([], [None]),
+             "task": ("plain string",), "rng": (0,), "weight_temperature": (0.0, float("nan"))},  # fmt: skip
+    )
 
     # ------------------------------------------------------------------ robotics
     def recpo_view(obs):

@@ -84,10 +84,8 @@ def test_implemented_method_conforms(info):
 DOCSTRING_PENDING = {
     "adakvq": "inference/adakvq is being split into a package by another change (issue 21)",
     "fedrevive": "federated/fedrevive is being split by another change (issue 21)",
-    "channel_router": "agents/channel_router is being edited by another change",
     "cot_pathology": "agents/cot_pathology is being edited by another change",
     "skim": "agents/skim is being edited by another change",
-    "recpo": "robotics/recpo is being edited by another change",
     "ahpa": "vision/ahpa is being written by another change",
 }
 IMPLEMENTED = [m for m in METHODS if status(m.slug)[0] == "implemented"]

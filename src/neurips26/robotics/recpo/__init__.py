@@ -1,7 +1,14 @@
 """RecPo: reconfigurable procedures from local transition relations.
 
-Paper: RecPo (seed ``000_f8b4140a0e3b5d84.txt``, paragraph beginning "General-purpose behavior models
-increasingly internalize broad"); no public version was found. A robot adapts to a new task by
+Paper
+-----
+RecPo (seed ``000_f8b4140a0e3b5d84.txt``, paragraph beginning "General-purpose behavior models
+increasingly internalize broad"); no public version was found, so every structural choice beyond the
+abstract follows the spec's reconstruction (``../shared/specs/recpo.md``) and is inferred.
+
+Method
+------
+A robot adapts to a new task by
 *reconfiguring* skills it has: executed skills are stored task-agnostically as local transition relations
 in several procedure views (object state, spatial relations, interaction interface), a single
 demonstration is read through the same views into a compositional query, and the query is resolved
