@@ -526,6 +526,9 @@ def _run_inner(cfg: dict, seed: int) -> SeedResult:
 
 
 # ----------------------------------------------------------------------------------- SmolLM2
+#: Declared rate at which SmolLM2's first answer must be right for its traces to count as a testbed.
+SMOLLM_ANSWER_RATE = 0.2
+
 _SMOL_FEWSHOT = (
     "Question: 2 + 5 - 1 =\n2 + 5 = 7\n7 - 1 = 6\nAnswer: 6\n\n"
     "Question: 8 - 3 + 4 =\n8 - 3 = 5\n5 + 4 = 9\nAnswer: 9\n\n"
@@ -632,6 +635,11 @@ def _smollm(cfg: dict, seed: int) -> dict[str, Any]:
         "answer_rate": float(np.mean(rewards)),
         "n_well_formed": len(clean),
         "cut_at_blank_line": data["cut_at_blank_line"],
+        # the claim's premise for real traces, reported here because SmolLM2 runs on one seed of one profile
+        "premise_answer_rate": {
+            "declared": SMOLLM_ANSWER_RATE,
+            "holds": bool(np.mean(rewards) >= SMOLLM_ANSWER_RATE),
+        },
         "examples": [tok.decode(c) for c in data["cots"][:4]],
     }
     n_rows = sum(1 for i in clean for a in answers[i] if a is None)  # non-answer steps: what k-means fits
