@@ -17,6 +17,7 @@ SMALL = {
     "adera_codec": {"numel": 4096},
     "adacal_prefill": {"tokens": 512},
     "archer_loss": {"tokens": 32, "batch": 2},
+    "composed_generate": {"model": "tiny", "tokens": 96, "new_tokens": 3},
     "optim_step": {"hidden": 16, "batch": 8},
 }
 

@@ -8,6 +8,8 @@ name               arms                                 reference
                    ``encode+decode``
 ``adacal_prefill`` ``masked``, ``gather``,              ``dense``: causal SDPA
                    ``flex_compiled``, ``plan+masked``
+``composed_``      ``adacal+adakvq``, ``adacal+dynamic``  ``dense+dynamic``: SDPA and ``DynamicCache``
+``generate``       ``dense+adakvq``
 ``archer_loss``    ``archer``                           ``grpo``: :func:`neurips26.rl.losses.grpo_loss`
 ``optim_step``     ``accelegrad_sharp``, ``muon``       ``adamw``: ``torch.optim.AdamW``
 =================  ===================================  ==========================================
@@ -184,6 +186,53 @@ def _prefill_setup(case: dict[str, Any], seed: int):
     return arms, extra
 
 
+# ----------------------------------------------------------------------------------- composed
+
+
+def _composed_cases(quick: bool) -> list[dict[str, Any]]:
+    return [
+        {"model": "smollm2-135m", "tokens": n, "new_tokens": 8}
+        for n in ((1024,) if quick else (1024, 2048, 4096))
+    ]
+
+
+def _composed_setup(case: dict[str, Any], seed: int):
+    from transformers import DynamicCache
+
+    from neurips26.inference import AdaCalConfig, AdaKVQCache, AdaKVQConfig, register_adacal_attention
+    from neurips26.inference.benchmark import cache_tensor_bytes
+
+    model = _model(case["model"])
+    adacal = register_adacal_attention(AdaCalConfig(), name="adacal_bench")
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, model.config.vocab_size, (1, case["tokens"]), generator=g)
+    makers = {
+        "dense+dynamic": ("sdpa", lambda: DynamicCache(config=model.config)),
+        "dense+adakvq": ("sdpa", lambda: AdaKVQCache(model.config, AdaKVQConfig(online=False))),
+        "adacal+dynamic": (adacal, lambda: DynamicCache(config=model.config)),
+        "adacal+adakvq": (adacal, lambda: AdaKVQCache(model.config, AdaKVQConfig(online=False))),
+    }
+    held: dict[str, int] = {}
+
+    def arm(name):
+        attn, make = makers[name]
+
+        def run():
+            cache = make()
+            model.set_attn_implementation(attn)
+            try:
+                with torch.no_grad():
+                    model.generate(ids, cache=cache, max_new_tokens=case["new_tokens"], do_sample=False,
+                                   pad_token_id=0)  # fmt: skip
+            finally:
+                model.set_attn_implementation("sdpa")
+            held[name] = cache_tensor_bytes(cache)
+
+        return run
+
+    return {n: arm(n) for n in makers}, {"kv_bytes": held}
+
+
 # ----------------------------------------------------------------------------------- archer_loss
 
 
@@ -310,6 +359,19 @@ BENCHMARKS: dict[str, Benchmark] = {
         "compiles in the untimed warm-up call (minutes the first time, then cached on disk). The eager flex "
         "backend, which materialises the full score matrix on CPU, is not timed.",
     ),  # fmt: skip
+    "composed_generate": Benchmark(
+        "composed_generate",
+        "AdaCal sparse prefill + AdaKVQ cache in one generate call against dense SDPA + DynamicCache",
+        "dense+dynamic",
+        _composed_cases,
+        _composed_setup,
+        "tokens",
+        repeats=(3, 3),
+        notes="One model.generate call per timed run on SmolLM2-135M: a random prompt of `tokens` tokens "
+        "(prefill) and 8 greedy new tokens (decode). AdaCal uses its default plan through the masked backend; "
+        "AdaKVQ runs its static allocation. kv_bytes is what each cache holds after the call (filled by the "
+        "last timed run).",
+    ),
     "archer_loss": Benchmark(
         "archer_loss",
         "Archer's token-level loss against the GRPO loss (forward + backward)",
