@@ -17,6 +17,7 @@ from neurips26.agents.cot_pathology import (
     CONTROLLERS,
     DETECTORS,
     AnswerRegexStop,
+    ControlledGenerator,
     LatentStateModel,
     Pathology,
     PathologyController,
@@ -500,3 +501,18 @@ def test_detectors_on_random_trajectories(states, unc, graph_aware):
     a, b = detect_all(traj, ref, graph_aware=True), detect_all(traj, ref, graph_aware=False)
     for p in (Pathology.PREMATURE_COMMITMENT, Pathology.OVERRUN, Pathology.REVERSAL):
         assert a[p] == b[p]
+
+
+def test_controlled_generator_wraps_generate(lm):
+    ref = _one_state_ref(lm)
+    prompt = torch.tensor([[BOS_ID, *TASK.encode("Q 1 + 2 ? ;")]])
+    with PathologyController(lm, ref, SEG, TASK.extract_answer, TASK.eos) as ctrl:
+        gen = ControlledGenerator(lm, ctrl, max_new_tokens=12)
+        a, log = gen.generate(prompt, temperature=1.0, seed=3)
+        b, _ = gen.generate(prompt, temperature=1.0, seed=3)
+    assert torch.equal(a, b) and torch.equal(a[:, : prompt.shape[1]], prompt)
+    assert len(log) == 1 and set(log[0]) == {"trajectory", "interventions", "actions"}
+    with pytest.raises(ValueError, match="input_ids"):
+        gen.generate(prompt[0])
+    with pytest.raises(TypeError, match="controller"):
+        ControlledGenerator(lm, object())

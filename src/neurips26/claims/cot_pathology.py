@@ -865,12 +865,16 @@ CLAIM = Claim(
     ),
     differences=(
         "Abstract only; every threshold, phase boundary, surgery operator and controller design is the spec's "
-        "inference. Numbers 0-9 (spec 0-99) so that the tiny model learns the arithmetic in the quick budget. "
-        "Controllers cannot roll tokens back inside generate: C1-C3 prevent the step instead of rolling back and "
-        "resampling. Progress toward ANSWER uses the expected hitting time under the reference chain (hop "
-        "distance is reported too) because nearly every state reaches ANSWER in one hop. One trained model; "
-        "seeds vary the reference corpus, evaluation problems, sampling, surgery and edits. SmolLM2 results "
-        "(full profile only) are reported under smollm_* metrics and info.smollm2 and are not judged."
+        "inference. Numbers 0-9 (spec 0-99) and a 2-layer (quick) / 3-layer (full) hidden-64 Llama (spec: "
+        "hidden 64 / 128, 2 / 4 layers) so that training fits the CPU budget. Controllers cannot roll tokens back "
+        "inside generate: C1-C3 prevent the step instead of rolling back and resampling. Progress toward ANSWER "
+        "uses the expected hitting time under the reference chain (hop distance is reported too) because nearly "
+        "every state reaches ANSWER in one hop. One trained model; seeds vary the reference corpus, evaluation "
+        "problems, sampling, surgery and edits. The g4 verify cue stops once an answer step began (otherwise it "
+        "keeps a finished trace from ending). SmolLM2-135M (full profile, seed 0 only) is reported under "
+        "info.smollm2 and not judged, because a criterion must be measurable on every seed of every profile; its "
+        "traces are re-encoded with the question line as context (not the few-shot prompt) to save compute, and "
+        "its surgery uses well-formed rather than correct traces because the model is rarely right."
     ),
     data=(
         "Generated arithmetic chains of thought (3-5 operands in 0-9, '+'/'-', running values kept in 0-9, two "

@@ -571,3 +571,65 @@ class AnswerRegexStop(StoppingCriteria):
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs) -> torch.BoolTensor:
         out = [bool(self.regex.search(self.decode(row[self.prompt_length :].tolist()))) for row in input_ids]
         return torch.tensor(out, dtype=torch.bool, device=input_ids.device)
+
+
+class ControlledGenerator:
+    """Convenience wrapper: ``model.generate`` with a :class:`PathologyController` attached.
+
+    Parameters
+    ----------
+    model : transformers.PreTrainedModel
+    controller : PathologyController
+        Built on the same ``model``.
+    max_new_tokens : int
+
+    ``generate(input_ids, attention_mask=None, temperature=1.0, seed=None)`` returns
+    ``(sequences, log)`` where ``sequences`` has shape ``(B, T_prompt + T_new)`` (prompt tokens are
+    never changed) and ``log`` holds, per row, the latent trajectory, the intervention counts and the
+    list of actions.
+    """
+
+    def __init__(self, model, controller: PathologyController, max_new_tokens: int = 256):
+        if not isinstance(controller, PathologyController):
+            raise TypeError(f"controller must be a PathologyController, got {type(controller).__name__}")
+        if controller.model is not model:
+            raise ValueError("controller must be built on the same model")
+        self.model, self.controller = model, controller
+        self.max_new_tokens = check_int("max_new_tokens", max_new_tokens, low=1)
+
+    @torch.no_grad()
+    def generate(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        temperature: float = 1.0,
+        seed: int | None = None,
+    ) -> tuple[torch.Tensor, list[dict[str, Any]]]:
+        from transformers import LogitsProcessorList
+
+        if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2:
+            raise ValueError("input_ids must be a (B, T) tensor of token ids")
+        temperature = check_float("temperature", temperature, low=0.0)
+        kwargs: dict[str, Any] = (
+            {"do_sample": False}
+            if temperature == 0
+            else {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0}
+        )
+        mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask
+        with torch.random.fork_rng(devices=[]):
+            if seed is not None:
+                torch.manual_seed(check_int("seed", seed, low=0))
+            out = self.model.generate(
+                input_ids=input_ids,
+                attention_mask=mask,
+                max_new_tokens=self.max_new_tokens,
+                logits_processor=LogitsProcessorList([self.controller]),
+                eos_token_id=self.controller.eos,
+                **kwargs,
+            )
+        ctrl = self.controller
+        log = [
+            {"trajectory": t, "interventions": c, "actions": a}
+            for t, c, a in zip(ctrl.trajectories(), ctrl.intervention_counts(), ctrl.logs())
+        ]
+        return out, log
