@@ -1,0 +1,126 @@
+"""Round-based and asynchronous runners on either engine."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from flwr.app import ArrayRecord, MetricRecord
+from flwr.clientapp import ClientApp
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import FedAvg
+from torch import nn
+
+from neurips26.common.checks import check_choice, check_int
+from neurips26.federated.fedrevive import AsyncSimulator, ClientSpeedModel, History
+from neurips26.federated.flower.asynchronous import AsyncFedAvg, GridTransport
+from neurips26.federated.flower.grid import ENGINES, LocalGrid, _simulate
+from neurips26.federated.flower.records import (
+    StateDict,
+    from_arrayrecord,
+    local_identity,
+    quiet_flower,
+    to_arrayrecord,
+)
+
+
+@dataclass
+class RoundsResult:
+    """Outcome of :func:`run_rounds`: final weights and the centralised metrics of every round."""
+
+    state: StateDict
+    metrics: list[dict[str, float]]
+
+
+def run_rounds(
+    strategy: FedAvg,
+    client_app: ClientApp,
+    num_nodes: int,
+    num_rounds: int,
+    initial_state: StateDict,
+    evaluate_fn: Callable[[int, StateDict], dict[str, float]] | None = None,
+    engine: str = "inprocess",
+    num_cpus: int = 2,
+) -> RoundsResult:
+    """Round-based Flower training with ``strategy.start`` on an in-process or simulated grid.
+
+    Parameters
+    ----------
+    strategy : FedAvg
+        E.g. :class:`RobustFedAvg` (its ``min_*_nodes`` should not exceed ``num_nodes``).
+    client_app : ClientApp
+    num_nodes : int
+    num_rounds : int
+    initial_state : dict
+    evaluate_fn : callable, optional
+        ``(round, state) -> metrics``; called before round 1 and after every round.
+    engine : {"inprocess", "simulation"}
+    num_cpus : int
+        Ray CPUs for the simulation engine.
+    """
+    check_choice("engine", engine, ENGINES)
+    check_int("num_nodes", num_nodes, low=1)
+    check_int("num_rounds", num_rounds, low=1)
+    rows: list[dict[str, float]] = []
+    out: dict[str, Any] = {}
+
+    def eval_cb(rnd: int, arrays: ArrayRecord) -> MetricRecord | None:
+        if evaluate_fn is None:
+            return None
+        m = {k: float(v) for k, v in evaluate_fn(rnd, from_arrayrecord(arrays)).items()}
+        rows.append(m)
+        return MetricRecord(m)
+
+    def main(grid: Grid) -> None:
+        res = strategy.start(grid=grid, initial_arrays=to_arrayrecord(initial_state), num_rounds=num_rounds,
+                             evaluate_fn=eval_cb)  # fmt: skip
+        out["state"] = from_arrayrecord(res.arrays)
+
+    with quiet_flower():
+        if engine == "inprocess":
+            with local_identity():
+                main(LocalGrid(client_app, num_nodes))
+        else:
+            _simulate(main, client_app, num_nodes, num_cpus)
+    if "state" not in out:
+        raise RuntimeError("the Flower run ended without a result (see the Flower log)")
+    return RoundsResult(out["state"], rows)
+
+
+def run_async(
+    strategy: AsyncFedAvg,
+    client_app: ClientApp,
+    speed: ClientSpeedModel,
+    eval_fn: Callable[[nn.Module], dict[str, float]],
+    max_server_steps: int | None = None,
+    time_budget: float = math.inf,
+    concurrency: int | None = None,
+    seed: int = 0,
+    engine: str = "inprocess",
+    num_cpus: int = 2,
+) -> History:
+    """Asynchronous FL through Flower's message API, ordered by the simulated clock.
+
+    The same :class:`~neurips26.federated.fedrevive.AsyncSimulator` drives a
+    :class:`GridTransport` over a :class:`LocalGrid` or over the simulation engine's grid; the
+    server rule is ``strategy.rule`` acting on ``strategy.model``.
+    """
+    check_choice("engine", engine, ENGINES)
+    out: dict[str, History] = {}
+    num_nodes = speed.num_clients
+
+    def main(grid: Grid) -> None:
+        sim = AsyncSimulator(GridTransport(grid, strategy), speed, concurrency=concurrency, seed=seed)
+        out["history"] = sim.run(strategy.rule, strategy.model, eval_fn, time_budget, max_server_steps)
+
+    with quiet_flower():
+        if engine == "inprocess":
+            with local_identity():
+                main(LocalGrid(client_app, num_nodes))
+        else:
+            _simulate(main, client_app, num_nodes, num_cpus)
+    if "history" not in out:
+        raise RuntimeError("the Flower run ended without a result (see the Flower log)")
+    return out["history"]
