@@ -15,6 +15,7 @@ Arms (same DiT init, batches, noise, optimiser, lr and steps):
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -274,7 +275,28 @@ def _train_arm(arm: str, prep: dict, cfg: dict, seed: int) -> dict[str, Any]:
     return rec
 
 
+_PREPARED: dict[str, dict[str, Any]] = {}  # per-process memo: seeds of one run share the frozen features
+
+
 def _prepare(cfg: dict) -> dict[str, Any]:
+    keys = (
+        "n_train",
+        "vae_channels",
+        "vae_steps",
+        "vae_batch",
+        "cls_steps",
+        "cls_batch",
+        "views",
+        "n_samples",
+    )
+    key = json.dumps({k: cfg.get(k) for k in keys}, sort_keys=True)
+    if key not in _PREPARED:
+        _PREPARED.clear()  # keep at most one set of features in memory
+        _PREPARED[key] = _prepare_uncached(cfg)
+    return _PREPARED[key]
+
+
+def _prepare_uncached(cfg: dict) -> dict[str, Any]:
     data = _digits(cfg.get("n_train", N_TRAIN))  # the smoke profile trains on a prefix of the split
     n_train = data["y"].shape[0]
     vae, vrec = _vae(cfg)
