@@ -17,9 +17,9 @@ transition model; then, per sampling seed,
     with the generic controls (token budget, always-on no-repeat n-gram, the same interventions at
     random steps, a verify cue every 2 steps) and the answer-regex early stop.
 
-The full profile also runs SmolLM2-135M-Instruct on reasoning-gym ``chain_sum`` and applies the
-detectors and the surgery to its own traces (reported in ``metrics`` with ``smollm_`` names and in
-``info``; not judged, see ``differences``).
+The full profile also runs SmolLM2-135M-Instruct on reasoning-gym ``chain_sum`` (seed 0) and applies the
+detectors and the surgery to its own traces; that analysis is reported in ``info["smollm2"]`` (answer
+rate against the declared premise, per-pathology AUROC, natural fire rates) and not judged.
 """
 
 from __future__ import annotations
