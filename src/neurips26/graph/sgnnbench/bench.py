@@ -21,6 +21,7 @@ from torch import nn
 from torch_geometric.data import Data
 
 from neurips26.common.checks import check_int
+from neurips26.common.gnn import masked_accuracy
 from neurips26.graph.sgnnbench.energy import count_parameters, energy_report, peak_memory
 from neurips26.graph.sgnnbench.models import SGNN
 
@@ -45,10 +46,6 @@ ROW_KEYS = (
     "infer_s",
     "epochs",
 )
-
-
-def _accuracy(logits: torch.Tensor, y: torch.Tensor, mask: torch.Tensor) -> float:
-    return float((logits[mask].argmax(-1) == y[mask]).float().mean())
 
 
 def train_node_classifier(
@@ -92,7 +89,7 @@ def train_node_classifier(
         if epoch % eval_every == 0 or epoch == epochs:
             model.eval()
             with torch.no_grad():
-                val = _accuracy(model(x, ei), y, data.val_mask)
+                val = masked_accuracy(model(x, ei), y, data.val_mask)
             curve.append(val)
             if val > best[0]:
                 best, bad = (val, copy.deepcopy(model.state_dict())), 0
@@ -103,7 +100,7 @@ def train_node_classifier(
     model.load_state_dict(best[1])
     model.eval()
     with torch.no_grad():
-        test = _accuracy(model(x, ei), y, data.test_mask)
+        test = masked_accuracy(model(x, ei), y, data.test_mask)
     return {
         "test_acc": test,
         "val_acc": best[0],
