@@ -32,7 +32,7 @@ HOOK_FILES = {
     },
     "aot_pot": {"aot_pot_train_loss.png", "aot_pot_per_family.png"},
     "archer": {"archer_reward.png", "archer_entropy.png", "archer_clipfrac_reasoning.png"},
-    "asap": {"asap_traces.png"},
+    "asap": {"asap_traces.png", "asap_rule_attack_heatmap.png"},
     "fedrevive": {"fedrevive_accuracy_time.png"},
     "gcn_mlp": {"gcn_mlp_accuracy_efficiency.png"},
     "invgnn_wm": {"invgnn_wm_prune.png", "invgnn_wm_null.png"},
