@@ -1138,6 +1138,25 @@ def _specs_new() -> dict[str, Spec]:
              "task": ("plain string",), "rng": (0,), "weight_temperature": (0.0, float("nan"))},  # fmt: skip
     )
 
+    # ------------------------------------------------------------------ vision
+    ahpa_levels = ("down_blocks.0.resnets.0", "down_blocks.0", "down_blocks.1", "mid_block")
+
+    def _ahpa_extract(x, **kw):
+        from neurips26.vision import ahpa
+
+        torch.manual_seed(0)
+        vae = ahpa.build_vae(block_out_channels=(8, 16, 16))
+        kw = {"layer_names": ahpa_levels, "token_grid": (4, 4), **kw}
+        with ahpa.HierarchicalFeatureExtractor(vae.encoder, **kw) as ex:
+            return ex(x)
+
+    s["ahpa.HierarchicalFeatureExtractor"] = Spec(
+        _ahpa_extract,
+        tensors=lambda: {"x": _randn(2, 1, 16, 16)},
+        bad={"token_grid": ((3, 3), (0, 4), "4x4"), "resample": ("max",), "global_level": ("yes",),
+             "layer_names": ((), ("nope",))},  # fmt: skip
+    )
+
     # ------------------------------------------------------------------ robotics
     def recpo_view(obs):
         from neurips26.robotics import recpo

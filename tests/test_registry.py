@@ -86,7 +86,6 @@ DOCSTRING_PENDING = {
     "fedrevive": "federated/fedrevive is being split by another change (issue 21)",
     "cot_pathology": "agents/cot_pathology is being edited by another change",
     "skim": "agents/skim is being edited by another change",
-    "ahpa": "vision/ahpa is being written by another change",
 }
 IMPLEMENTED = [m for m in METHODS if status(m.slug)[0] == "implemented"]
 
