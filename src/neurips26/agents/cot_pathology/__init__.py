@@ -1,9 +1,14 @@
 """CoT pathology diagnostics: chain-of-thought as a trajectory over discrete latent states.
 
-Implements the framework of the NeurIPS 2026 paper whose abstract begins "Long chain-of-thought
-(CoT) reasoning in large language models often fails in recurring ways" (seed paragraph 18; the
-paper itself was not found, so every threshold and operator below is the spec's inference):
+Paper
+-----
+"CoT pathology diagnostics" (NeurIPS 2026; title and full text not found, abstract only): seed file
+``000_f8b4140a0e3b5d84.txt``, paragraph 18, abstract beginning "Long chain-of-thought (CoT) reasoning in large
+language models often fails in recurring ways". Every threshold, phase boundary, surgery operator and
+controller design below is the spec's inference from the abstract.
 
+Modules
+-------
 * :mod:`.trajectory` -- steps (:class:`StepSegmenter`), step embeddings from hidden states,
   k-means latent states and the smoothed reference transition model (:class:`LatentStateModel`),
   positional phases.
