@@ -17,8 +17,8 @@ from neurips26.federated.fedrevive import (
     FedBuff,
     LocalTransport,
 )
+from neurips26.federated.fedrevive.flower import AsyncFedAvg, run_async
 from neurips26.federated.flower import (
-    AsyncFedAvg,
     ClientSetup,
     LocalGrid,
     RobustFedAvg,
@@ -28,7 +28,6 @@ from neurips26.federated.flower import (
     make_client_app,
     malicious_clients,
     quiet_flower,
-    run_async,
     run_rounds,
     to_arrayrecord,
     unflatten_state,
@@ -244,3 +243,14 @@ def test_quiet_flower_drops_only_the_central_evaluation_notice():
     assert not any(m.startswith("fraction_evaluate") and "outside" not in m for m in handler.messages)
     assert "something else" in handler.messages
     assert "fraction_evaluate is set to 0.0. again, outside" in handler.messages
+
+
+def test_async_wiring_old_path_warns_and_resolves_to_the_new_one():
+    import neurips26.federated.fedrevive.flower as new
+    import neurips26.federated.flower as old
+
+    for name in ("AsyncFedAvg", "GridTransport", "run_async"):
+        with pytest.warns(DeprecationWarning, match=f"{name} moved to neurips26.federated.fedrevive.flower"):
+            assert getattr(old, name) is getattr(new, name)
+    with pytest.raises(AttributeError):
+        old.no_such_name  # noqa: B018

@@ -34,7 +34,8 @@ from neurips26.federated.fedrevive import (
     SyncFedAvg,
     time_to_target,
 )
-from neurips26.federated.flower import AsyncFedAvg, ClientSetup, local_sgd, make_client_app, run_async
+from neurips26.federated.fedrevive.flower import AsyncFedAvg, run_async
+from neurips26.federated.flower import ClientSetup, local_sgd, make_client_app
 
 METHOD = "FedRevive"
 BASELINES = ("FedBuff", "FedAsync")

@@ -12,7 +12,7 @@ locally and returns ``Delta_i = w_i - w^(v)``; the server is at version ``t`` wh
 update is ``tau_i = t - v`` versions stale. Job durations are LogNormal(``mu_i``, ``sigma``) per
 client (:class:`ClientSpeedModel`); :class:`AsyncSimulator` replays the resulting event order on a
 simulated clock, through a *transport* that either trains in-process or sends Flower messages
-(:class:`neurips26.federated.flower.GridTransport`), so the runner exists once.
+(:class:`neurips26.federated.fedrevive.flower.GridTransport`), so the runner exists once.
 
 Server rules (all :class:`AsyncStrategy`):
 
@@ -58,6 +58,8 @@ Modules
 - :mod:`.revive`: :class:`FedRevive`.
 - :mod:`.simulate`: :class:`Transport`, :class:`LocalTransport`, :class:`History`, :func:`time_to_target`,
   :class:`AsyncSimulator`.
+- :mod:`.flower`: the Flower wiring (``AsyncFedAvg``, ``GridTransport``, ``run_async``); not imported
+  here, so importing this package does not import Flower.
 """
 
 from neurips26.federated.fedrevive.generator import ConditionalGenerator

@@ -14,21 +14,21 @@ method modules (:mod:`~neurips26.federated.fedrevive`, :mod:`~neurips26.federate
   update without a shared object (works in one process and across Ray actors); the attack's
   adaptive state lives in ``context.state`` (a ``ConfigRecord``) and persists across rounds.
 * Strategies (subclasses of ``flwr.serverapp.strategy.FedAvg``): :class:`RobustFedAvg` applies an
-  aggregation rule of :data:`~neurips26.federated.robust.AGGREGATORS` to the clients' updates;
-  :class:`AsyncFedAvg` wraps an asynchronous server rule (FedAsync, FedBuff, FedRevive) -- its
-  ``aggregate_train`` is the semi-asynchronous adapter (replies may carry older base versions),
-  and :class:`GridTransport` drives the same rule truly asynchronously through the Grid's message
-  API: ``push_messages`` a job to one node, ``pull_messages`` its reply when the simulated clock of
-  :class:`~neurips26.federated.fedrevive.AsyncSimulator` says it has arrived, push the next job to
-  that node while the others keep training on older versions.
+  aggregation rule of :data:`~neurips26.federated.robust.AGGREGATORS` to the clients' updates. The
+  asynchronous server rules have their Flower wiring next to them, in
+  :mod:`neurips26.federated.fedrevive.flower`: ``AsyncFedAvg`` (the semi-asynchronous strategy
+  adapter), ``GridTransport`` (truly asynchronous jobs through the Grid's message API) and
+  ``run_async``. Their old names here still resolve, with a ``DeprecationWarning``.
 * Faults (:mod:`~neurips26.federated.faults` injects them): an error reply (a crashed client; a
   raising ``ClientApp`` becomes one on every grid, as on Flower's simulation engine) or a missing
   one is skipped, logged at WARNING level and recorded in the strategy's ``crashed``; a reply holding
   NaN/inf follows the strategy's ``nonfinite`` policy (``"raise"``: ``ValueError`` naming the client;
   ``"drop"``: skipped, logged, recorded in ``dropped``). Errors raised by the server on the
-  simulation engine reach the caller of :func:`run_rounds` / :func:`run_async` unchanged.
+  simulation engine reach the caller of :func:`run_rounds` /
+  :func:`~neurips26.federated.fedrevive.flower.run_async` unchanged.
 * Grids and runners: :class:`LocalGrid` is an in-process ``Grid`` that executes the ``ClientApp``
-  when a reply is pulled (smoke/quick profiles, tests); :func:`run_rounds` and :func:`run_async`
+  when a reply is pulled (smoke/quick profiles, tests); :func:`run_rounds` and
+  :func:`~neurips26.federated.fedrevive.flower.run_async`
   run either on :class:`LocalGrid` (``engine="inprocess"``) or on Flower's simulation engine
   (``engine="simulation"``, Ray backend) with the very same strategy and client objects.
 
@@ -46,12 +46,10 @@ Modules
 - :mod:`.client`: :func:`local_sgd`, :func:`malicious_clients`, :class:`ClientSetup`,
   :func:`make_client_app`.
 - :mod:`.robust`: :class:`RobustFedAvg`.
-- :mod:`.asynchronous`: :class:`AsyncFedAvg`, :class:`GridTransport`.
 - :mod:`.grid`: :class:`LocalGrid` and the simulation-engine launcher.
-- :mod:`.runners`: :func:`run_rounds`, :func:`run_async`.
+- :mod:`.runners`: :func:`run_rounds`.
 """
 
-from neurips26.federated.flower.asynchronous import AsyncFedAvg, GridTransport
 from neurips26.federated.flower.client import ClientSetup, local_sgd, make_client_app, malicious_clients
 from neurips26.federated.flower.grid import LocalGrid
 from neurips26.federated.flower.records import (
@@ -63,12 +61,10 @@ from neurips26.federated.flower.records import (
     unflatten_state,
 )
 from neurips26.federated.flower.robust import RobustFedAvg
-from neurips26.federated.flower.runners import run_async, run_rounds
+from neurips26.federated.flower.runners import run_rounds
 
 __all__ = [
-    "AsyncFedAvg",
     "ClientSetup",
-    "GridTransport",
     "LocalGrid",
     "RobustFedAvg",
     "flatten_state",
@@ -78,8 +74,26 @@ __all__ = [
     "make_client_app",
     "malicious_clients",
     "quiet_flower",
-    "run_async",
     "run_rounds",
     "to_arrayrecord",
     "unflatten_state",
 ]
+
+_MOVED = {
+    name: "neurips26.federated.fedrevive.flower" for name in ("AsyncFedAvg", "GridTransport", "run_async")
+}
+
+
+def __getattr__(name: str):
+    """Old import path of the asynchronous wiring (moved next to its strategies); warns once per use."""
+    if name in _MOVED:
+        import importlib
+        import warnings
+
+        warnings.warn(
+            f"neurips26.federated.flower.{name} moved to {_MOVED[name]}.{name}; the old path goes in a later release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(importlib.import_module(_MOVED[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,8 +1,7 @@
-"""Round-based and asynchronous runners on either engine."""
+"""The round-based runner on either engine."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -11,11 +10,8 @@ from flwr.app import ArrayRecord, MetricRecord
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg
-from torch import nn
 
 from neurips26.common.checks import check_choice, check_int
-from neurips26.federated.fedrevive import AsyncSimulator, ClientSpeedModel, History
-from neurips26.federated.flower.asynchronous import AsyncFedAvg, GridTransport
 from neurips26.federated.flower.grid import ENGINES, LocalGrid, _simulate
 from neurips26.federated.flower.records import (
     StateDict,
@@ -87,40 +83,3 @@ def run_rounds(
     if "state" not in out:
         raise RuntimeError("the Flower run ended without a result (see the Flower log)")
     return RoundsResult(out["state"], rows)
-
-
-def run_async(
-    strategy: AsyncFedAvg,
-    client_app: ClientApp,
-    speed: ClientSpeedModel,
-    eval_fn: Callable[[nn.Module], dict[str, float]],
-    max_server_steps: int | None = None,
-    time_budget: float = math.inf,
-    concurrency: int | None = None,
-    seed: int = 0,
-    engine: str = "inprocess",
-    num_cpus: int = 2,
-) -> History:
-    """Asynchronous FL through Flower's message API, ordered by the simulated clock.
-
-    The same :class:`~neurips26.federated.fedrevive.AsyncSimulator` drives a
-    :class:`GridTransport` over a :class:`LocalGrid` or over the simulation engine's grid; the
-    server rule is ``strategy.rule`` acting on ``strategy.model``.
-    """
-    check_choice("engine", engine, ENGINES)
-    out: dict[str, History] = {}
-    num_nodes = speed.num_clients
-
-    def main(grid: Grid) -> None:
-        sim = AsyncSimulator(GridTransport(grid, strategy), speed, concurrency=concurrency, seed=seed)
-        out["history"] = sim.run(strategy.rule, strategy.model, eval_fn, time_budget, max_server_steps)
-
-    with quiet_flower():
-        if engine == "inprocess":
-            with local_identity():
-                main(LocalGrid(client_app, num_nodes))
-        else:
-            _simulate(main, client_app, num_nodes, num_cpus)
-    if "history" not in out:
-        raise RuntimeError("the Flower run ended without a result (see the Flower log)")
-    return out["history"]

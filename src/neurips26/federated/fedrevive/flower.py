@@ -1,30 +1,53 @@
-"""Asynchronous server rules on Flower: the semi-asynchronous strategy adapter and the Grid transport."""
+r"""FedRevive's Flower wiring: the asynchronous server rules of this package on Flower's message API.
+
+:class:`AsyncFedAvg` wraps an :class:`~neurips26.federated.fedrevive.AsyncStrategy` (FedAsync, FedBuff,
+FedRevive) as a ``flwr`` strategy -- its ``aggregate_train`` is the semi-asynchronous adapter (replies
+may carry older base versions) -- and :class:`GridTransport` drives the same rule truly asynchronously
+through the Grid's message API (``push_messages`` one job, ``pull_messages`` its reply when the
+simulated clock of :class:`~neurips26.federated.fedrevive.AsyncSimulator` says it has arrived).
+:func:`run_async` runs it on the in-process grid or on Flower's simulation engine. The shared Flower
+glue (records, ClientApps, grids) is :mod:`neurips26.federated.flower`; the package's ``__init__`` does
+not import this module, so ``import neurips26.federated.fedrevive`` stays Flower free.
+
+Shapes
+------
+- Models are classifiers: inputs ``[B, *input_shape]`` -> logits ``[B, num_classes]``; client replies
+  carry ``state_dict`` deltas shaped like the global model's.
+"""
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
+from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg
 from torch import nn
 
 from neurips26.common.checks import check_choice, check_float
 from neurips26.federated.faults import split_failed
-from neurips26.federated.fedrevive import AsyncStrategy, ClientUpdate
+from neurips26.federated.fedrevive.simulate import AsyncSimulator, History
+from neurips26.federated.fedrevive.strategies import AsyncStrategy
+from neurips26.federated.fedrevive.updates import ClientSpeedModel, ClientUpdate
+from neurips26.federated.flower.grid import ENGINES, LocalGrid, _simulate
 from neurips26.federated.flower.records import (
     StateDict,
     _float_keys,
     from_arrayrecord,
+    local_identity,
     logger,
     quiet_flower,
     to_arrayrecord,
 )
 from neurips26.federated.flower.robust import _sorted_valid
 from neurips26.federated.robust import NONFINITE_POLICIES
+
+__all__ = ["AsyncFedAvg", "GridTransport", "run_async"]
 
 
 class AsyncFedAvg(FedAvg):
@@ -190,3 +213,40 @@ class GridTransport:
                 self.strategy.crashed.append((client_id, reason))
                 return None
             time.sleep(self.poll)
+
+
+def run_async(
+    strategy: AsyncFedAvg,
+    client_app: ClientApp,
+    speed: ClientSpeedModel,
+    eval_fn: Callable[[nn.Module], dict[str, float]],
+    max_server_steps: int | None = None,
+    time_budget: float = math.inf,
+    concurrency: int | None = None,
+    seed: int = 0,
+    engine: str = "inprocess",
+    num_cpus: int = 2,
+) -> History:
+    """Asynchronous FL through Flower's message API, ordered by the simulated clock.
+
+    The same :class:`~neurips26.federated.fedrevive.AsyncSimulator` drives a
+    :class:`GridTransport` over a :class:`LocalGrid` or over the simulation engine's grid; the
+    server rule is ``strategy.rule`` acting on ``strategy.model``.
+    """
+    check_choice("engine", engine, ENGINES)
+    out: dict[str, History] = {}
+    num_nodes = speed.num_clients
+
+    def main(grid: Grid) -> None:
+        sim = AsyncSimulator(GridTransport(grid, strategy), speed, concurrency=concurrency, seed=seed)
+        out["history"] = sim.run(strategy.rule, strategy.model, eval_fn, time_budget, max_server_steps)
+
+    with quiet_flower():
+        if engine == "inprocess":
+            with local_identity():
+                main(LocalGrid(client_app, num_nodes))
+        else:
+            _simulate(main, client_app, num_nodes, num_cpus)
+    if "history" not in out:
+        raise RuntimeError("the Flower run ended without a result (see the Flower log)")
+    return out["history"]
