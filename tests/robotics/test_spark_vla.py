@@ -1,0 +1,307 @@
+"""SPARK-VLA components: LoRA branch reductions, frozen parts, distillation, router, gradient targets, renderer."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from peft import LoraConfig
+from torch import nn
+
+from neurips26.robotics.spark_vla import (
+    AttentionDistillationLoss,
+    AttentionRecorder,
+    ExpertAttention,
+    KnowledgeRouter,
+    RouterSupervisionLoss,
+    SparkVLA,
+    SpatialLoRABranch,
+    TabletopScenes,
+    TinyPolicy,
+    action_gradient_targets,
+    build_vit,
+    render_objects,
+    resize_attention,
+)
+
+NAMES = ["layers.0.attention", "layers.1.attention"]
+S, D, H = 16, 32, 4
+
+
+def _lora(r=4):
+    return LoraConfig(
+        r=r, lora_alpha=2 * r, lora_dropout=0.0, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"]
+    )
+
+
+def _branch(seed=0):
+    torch.manual_seed(seed)
+    return SpatialLoRABranch(build_vit(S, 4, D, 2, H), _lora(), NAMES)
+
+
+def _randomise_lora(branch):
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for n, p in branch.named_parameters():
+            if "lora_B" in n:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.3)
+
+
+def _model(seed=0, **kw):
+    torch.manual_seed(seed)
+    branch = SpatialLoRABranch(build_vit(S, 4, D, 2, H), _lora(), NAMES)
+    expert = _ExpertOnSmall(
+        ExpertAttention(build_vit(8, 4, D, 2, 2), NAMES)
+    )  # N_e = 4 != N = 16, h_e = 2 != h
+    distill = AttentionDistillationLoss(list(zip(NAMES, NAMES)), H, 2)
+    model = SparkVLA(
+        branch, KnowledgeRouter(D, 0.25, cond_dim=D), TinyPolicy(D, 32, dim=D), expert, distill, **kw
+    )
+    return model, expert
+
+
+class _ExpertOnSmall(nn.Module):
+    """Expert on the 8x8 downsampled image (N_e != N); counts its calls."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner, self.calls = inner, 0
+
+    def forward(self, images):
+        self.calls += 1
+        return self.inner(torch.nn.functional.avg_pool2d(images, 2))
+
+
+def _batch(n=6, seed=0):
+    return TabletopScenes(n, S, seed=seed)
+
+
+def test_init_3d_equals_2d_and_disabled_equals_backbone():
+    torch.manual_seed(0)
+    vit = build_vit(S, 4, D, 2, H)
+    ref = build_vit(S, 4, D, 2, H)
+    ref.load_state_dict(vit.state_dict())
+    branch = SpatialLoRABranch(vit, _lora(), NAMES)
+    x = _batch()["rgb"]
+    out = branch(x)
+    assert torch.equal(out.tokens_2d, out.tokens_3d)
+    for n in NAMES:
+        assert torch.equal(out.attn_2d[n], out.attn_3d[n])
+    _randomise_lora(branch)
+    out = branch(x)
+    assert not torch.allclose(out.tokens_2d, out.tokens_3d)  # adapters now matter on the 3-D path
+    with torch.no_grad():
+        expected = ref(pixel_values=x).last_hidden_state[:, 1:]
+    assert torch.equal(out.tokens_2d, expected)  # adapters disabled = the unwrapped backbone exactly
+
+
+def test_recorder_matches_output_attentions_and_validates():
+    vit = build_vit(S, 4, D, 2, H)
+    x = _batch(3)["rgb"]
+    with AttentionRecorder(vit, NAMES) as rec:
+        out = vit(pixel_values=x, output_attentions=True)
+    for i, n in enumerate(NAMES):
+        assert torch.equal(rec.attn[n], out.attentions[i])
+    with pytest.raises(ValueError, match="layer_names"):
+        AttentionRecorder(vit, ["layers.9.attention"])
+    with pytest.raises(ValueError, match="layer_names"):
+        AttentionRecorder(vit, [])
+
+
+def test_bad_inputs_raise_clear_errors():
+    with pytest.raises(ValueError, match="rank"):
+        SpatialLoRABranch(build_vit(S, 4, D, 2, H), LoraConfig(r=0, target_modules=["q_proj"]), NAMES)
+    with pytest.raises(TypeError, match="lora_config"):
+        SpatialLoRABranch(build_vit(S, 4, D, 2, H), {"r": 4}, NAMES)
+    branch = _branch()
+    with pytest.raises(ValueError, match="images must have shape"):
+        branch(torch.rand(2, 3, 32, 32))
+    with pytest.raises(ValueError, match="images must have shape"):
+        branch(torch.rand(2, 1, S, S))
+    with pytest.raises(ValueError, match="branch"):
+        branch(torch.rand(2, 3, S, S), branch="depth")
+    for bad in (0.0, 1.5, -0.1):
+        with pytest.raises(ValueError, match="keep_ratio"):
+            KnowledgeRouter(D, bad)
+    with pytest.raises(ValueError, match="tokens"):
+        KnowledgeRouter(D)(torch.rand(2, 5, D + 1))
+    with pytest.raises(ValueError, match="cond"):
+        KnowledgeRouter(D, cond_dim=4)(torch.rand(2, 5, D))
+
+
+def test_frozen_parts_get_no_gradient_and_stay_unchanged():
+    model, expert = _model()
+    base_before = {k: v.clone() for k, v in model.visual.base.state_dict().items() if "lora" not in k}
+    expert_before = {k: v.clone() for k, v in expert.inner.vit.state_dict().items()}
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    for _ in range(2):
+        out = model.training_step(_batch())
+        opt.zero_grad()
+        out["loss"].backward()
+        opt.step()
+    for n, p in model.visual.base.named_parameters():
+        if "lora" not in n:
+            assert not p.requires_grad and p.grad is None, n
+    for p in expert.inner.vit.parameters():
+        assert not p.requires_grad and p.grad is None
+    for k, v in model.visual.base.state_dict().items():
+        if "lora" not in k:
+            assert torch.equal(v, base_before[k]), k
+    for k, v in expert.inner.vit.state_dict().items():
+        assert torch.equal(v, expert_before[k]), k
+    lora_b = [p for n, p in model.named_parameters() if "lora_B" in n]
+    assert any(p.abs().sum() > 0 for p in lora_b)  # the adapters did train
+
+
+def test_trainable_parameters_counts_only_adapters_router_policy_heads():
+    model, _ = _model()
+    expected = sum(p.numel() for n, p in model.named_parameters() if "lora_" in n)
+    expected += sum(p.numel() for p in model.router.parameters())
+    expected += sum(p.numel() for p in model.policy.parameters())
+    expected += model.distill.mix_logits.numel()
+    assert model.trainable_parameters() == expected
+    base = sum(p.numel() for n, p in model.visual.base.named_parameters() if "lora_" not in n)
+    assert model.trainable_parameters() < base + expected  # base ViT excluded
+
+
+def test_expert_only_called_in_training():
+    torch.manual_seed(0)
+    expert = _ExpertOnSmall(ExpertAttention(build_vit(8, 4, D, 2, 2), NAMES))
+    model = SparkVLA(
+        _branch(),
+        KnowledgeRouter(D, cond_dim=D),
+        TinyPolicy(D, 32, dim=D),
+        expert,
+        AttentionDistillationLoss(list(zip(NAMES, NAMES)), H, 2),
+    )
+    b = _batch()
+    model.predict_action(b["rgb"], b["instruction"])
+    assert expert.calls == 0
+    out = model.training_step(b)
+    assert expert.calls == 1 and math.isfinite(float(out["loss"])) and float(out["srd"]) > 0
+    model.predict_action(b["rgb"], b["instruction"])
+    assert expert.calls == 1
+
+
+def test_training_step_is_deterministic_and_ablations_run():
+    a = _model(seed=3)[0].training_step(_batch())
+    b = _model(seed=3)[0].training_step(_batch())
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    for kw in ({"use_router": False}, {"route_supervision": False}):
+        out = _model(**kw)[0].training_step(_batch())
+        assert float(out["route"]) == 0.0 and math.isfinite(float(out["loss"]))
+
+
+def test_distillation_zero_when_identical_positive_otherwise():
+    g = torch.Generator().manual_seed(0)
+    a = torch.rand(2, 4, 16, 16, generator=g).softmax(-1)
+    b = torch.rand(2, 4, 16, 16, generator=g).softmax(-1)
+    loss = AttentionDistillationLoss([("s", "t")], 4, 4, head_mixing="identity")
+    assert float(loss({"s": a}, {"t": a})) == 0.0
+    assert float(loss({"s": a}, {"t": b})) > 0
+    # heads and tokens differ: mean mixing + resize
+    t = torch.rand(2, 2, 4, 4, generator=g).softmax(-1)
+    for mixing in ("mean", "learned"):
+        val = AttentionDistillationLoss([("s", "t")], 4, 2, head_mixing=mixing)({"s": a}, {"t": t})
+        assert float(val) >= 0 and math.isfinite(float(val))
+    with pytest.raises(ValueError, match="batch"):
+        loss({"s": a}, {"t": a[:1]})
+    with pytest.raises(ValueError, match="identity"):
+        AttentionDistillationLoss([("s", "t")], 4, 2, head_mixing="identity")
+    with pytest.raises(ValueError, match="head_mixing"):
+        AttentionDistillationLoss([("s", "t")], 4, 2, head_mixing="max")
+
+
+def test_learned_head_mixing_is_row_stochastic_and_trainable():
+    loss = AttentionDistillationLoss([("s", "t")], 4, 2)
+    m = loss.mixing()
+    assert m.shape == (4, 2) and torch.allclose(m.sum(-1), torch.ones(4))
+    a = torch.rand(1, 4, 16, 16).softmax(-1)
+    t = torch.rand(1, 2, 16, 16).softmax(-1)
+    loss({"s": a}, {"t": t}).backward()
+    assert loss.mix_logits.grad is not None
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.integers(1, 3), st.sampled_from([(4, 16), (16, 4), (16, 64), (9, 16)]), st.integers(0, 99))
+def test_resized_attention_rows_sum_to_one(b, sizes, seed):
+    n_e, n = sizes
+    a = torch.rand(b, 2, n_e, n_e, generator=torch.Generator().manual_seed(seed)).softmax(-1)
+    r = resize_attention(a, n)
+    assert r.shape == (b, 2, n, n) and bool((r >= 0).all())
+    assert torch.allclose(r.sum(-1), torch.ones(b, 2, n), atol=1e-5)
+
+
+def test_resize_rejects_non_square():
+    with pytest.raises(ValueError, match="square"):
+        resize_attention(torch.rand(1, 1, 5, 5), 16)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(1, 4), st.integers(1, 20), st.floats(0.01, 1.0), st.integers(0, 999))
+def test_router_respects_budget_unique_and_straight_through(b, t, rho, seed):
+    torch.manual_seed(seed)
+    router = KnowledgeRouter(8, rho)
+    tokens = torch.randn(b, t, 8)
+    out = router(tokens)
+    k = math.ceil(rho * t)
+    assert out.k == k and out.indices.shape == (b, k) and out.selected.shape == (b, k, 8)
+    for row in out.indices:
+        assert len(set(row.tolist())) == k
+    expected = torch.gather(tokens, 1, out.indices[..., None].expand(-1, -1, 8))
+    assert torch.equal(out.selected, expected)  # forward values unchanged
+    out.selected.sum().backward()
+    assert router.mlp[0].weight.grad is not None  # scores get a straight-through gradient
+
+
+def test_gradient_targets_select_the_only_relevant_token():
+    g = torch.Generator().manual_seed(0)
+    for j in (0, 3, 7):
+        tokens = torch.randn(3, 8, 5, generator=g).requires_grad_(True)
+        w = torch.randn(5, generator=g)
+        loss = (tokens[:, j] @ w - 1.0).abs().mean()
+        y = action_gradient_targets(tokens, loss, k=1)
+        assert torch.equal(y.argmax(-1), torch.full((3,), j)) and float(y.sum()) == 3
+        soft = action_gradient_targets(tokens, loss, k=1, mode="soft")
+        assert torch.allclose(soft.sum(-1), torch.ones(3))
+    with pytest.raises(ValueError, match="k"):
+        action_gradient_targets(tokens, loss, k=9)
+    with pytest.raises(ValueError, match="require grad"):
+        action_gradient_targets(tokens.detach(), loss, k=1)
+
+
+def test_router_supervision_loss():
+    s = torch.tensor([[10.0, -10.0]])
+    assert float(RouterSupervisionLoss()(s, torch.tensor([[1.0, 0.0]]))) < 1e-3
+    assert float(RouterSupervisionLoss("soft")(s, torch.tensor([[1.0, 0.0]]))) < 1e-3
+    with pytest.raises(ValueError, match="must match"):
+        RouterSupervisionLoss()(s, torch.zeros(1, 3))
+
+
+def test_renderer_depth_occlusion_determinism():
+    a, b = TabletopScenes(20, 16, seed=5), TabletopScenes(20, 16, seed=5)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert not torch.equal(a["rgb"], TabletopScenes(20, 16, seed=6)["rgb"])
+    # referenced object's depth appears in the depth map where it is not occluded; object depths in [2, 6]
+    z = a["action"][:, 2] * 2 + 4
+    assert bool(((z >= 2) & (z <= 6)).all())
+    obj = (a["depth"] >= 2) & (a["depth"] <= 6)
+    assert bool(obj.any())
+    assert torch.allclose(a["points"][:, 2], a["depth"])
+    assert a["presence"][:, :5].sum(1).le(a["count"]).all()
+
+
+def test_renderer_front_object_wins():
+    # two objects at the same x: the nearer one covers the centre of the farther one, whatever the order given
+    for order in ((0, 1), (1, 0)):
+        xs, zs = np.array([0.0, 0.0])[list(order)], np.array([2.5, 5.0])[list(order)]
+        rgb, dep = render_objects(xs, zs, np.array([0, 2])[list(order)], np.array([0, 1])[list(order)], 32)
+        far_only = render_objects(xs[zs > 3], zs[zs > 3], np.array([2]), np.array([1]), 32)[1]
+        covered = (far_only == 5.0) & (dep < 5.0)
+        assert covered.any() and np.all(dep[covered] == np.float32(2.5))
+        assert np.allclose(rgb[:, dep == np.float32(2.5)].max(0), rgb[0, dep == np.float32(2.5)])  # red wins
+    rgb, dep = render_objects(np.array([0.0]), np.array([3.0]), np.array([1]), np.array([1]), 16)
+    row = int(16 / 2 - 16 * (-1 + 0.35) / 3.0)  # projected centre row of the cube
+    assert dep[row, 8] == np.float32(3.0) and dep[0, 0] == np.float32(8.0)  # object, far wall
