@@ -1,0 +1,342 @@
+"""RadOmni components: objectives, freezing, curriculum retention, resume, synthetic CT data."""
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from neurips26.vision.radomni import (
+    CrossPhaseTransfer,
+    CurriculumSchedule,
+    HashedTextEncoder,
+    MaskedImageModeling,
+    NCCTViT,
+    PathologySupervision,
+    RadOmniPretrainer,
+    ReportContrastive,
+    Stage,
+    SyntheticCTDataset,
+    freeze_early_blocks,
+    info_nce,
+    patchify,
+    random_masking,
+)
+
+TASKS = {"malignant": 2, "T": 4, "N": 2, "M": 2}
+
+
+@pytest.fixture(scope="module")
+def data():
+    return SyntheticCTDataset(48, size=32, seed=3)
+
+
+def _enc(seed=0, depth=3):
+    torch.manual_seed(seed)
+    return NCCTViT(32, 8, 32, depth, 2)
+
+
+def _objectives(enc, teacher=None):
+    torch.manual_seed(1)
+    return {
+        "mim": MaskedImageModeling(enc, decoder_dim=32),
+        "phase": CrossPhaseTransfer(enc, teacher=teacher, decoder_dim=32),
+        "report": ReportContrastive(HashedTextEncoder(16), 16, enc.dim, 16),
+        "pathology": PathologySupervision(enc.dim, TASKS),
+    }
+
+
+def _stages(steps=2, freeze=(0, 1, 1, 2)):
+    names = ("mim", "phase", "report", "pathology")
+    return [Stage(f"s{i + 1}", [n], steps, f) for i, (n, f) in enumerate(zip(names, freeze))]
+
+
+# ----------------------------------------------------------------------------- encoder and masking
+def test_encoder_shapes_and_bad_input():
+    enc = _enc()
+    x = torch.rand(2, 1, 32, 32)
+    assert enc(x).shape == (2, 16, 32)
+    keep = torch.tensor([[0, 5, 9], [1, 2, 15]])
+    full = enc.embed.patch_embeddings(x) + enc.embed.position_embeddings[:, 1:]
+    assert enc(x, keep).shape == (2, 3, 32)
+    assert full.shape == (2, 16, 32)
+    with pytest.raises(ValueError, match="x must be"):
+        enc(torch.rand(2, 3, 32, 32))
+    with pytest.raises(TypeError, match="x must be a floating"):
+        enc(torch.ones(2, 1, 32, 32, dtype=torch.long))
+    with pytest.raises(ValueError, match="multiple of patch_size"):
+        NCCTViT(30, 8, 32, 2, 2)
+
+
+@settings(max_examples=25, deadline=None)
+@given(b=st.integers(1, 5), n=st.integers(2, 64), ratio=st.floats(0.0, 0.9))
+def test_random_masking_counts_disjoint_cover(b, n, ratio):
+    n_mask = int(round(ratio * n))
+    if n_mask >= n:
+        with pytest.raises(ValueError):
+            random_masking(b, n, ratio)
+        return
+    mask, keep = random_masking(b, n, ratio, torch.Generator().manual_seed(0))
+    assert (mask.sum(1) == n_mask).all()
+    for i in range(b):
+        vis = set(keep[i].tolist())
+        msk = set(torch.nonzero(mask[i]).flatten().tolist())
+        assert not vis & msk and vis | msk == set(range(n))
+
+
+def test_patchify_order_matches_vit_tokens():
+    x = torch.arange(16.0).reshape(1, 1, 4, 4)
+    p = patchify(x, 2)
+    assert p.shape == (1, 4, 4)
+    assert p[0, 1].tolist() == [2.0, 3.0, 6.0, 7.0]
+
+
+# ----------------------------------------------------------------------------- objectives
+def test_mim_masks_075_and_loss_only_on_masked(data):
+    enc = _enc()
+    mim = MaskedImageModeling(enc, decoder_dim=32)
+    loss = mim(data.batch(range(4)), enc)
+    assert torch.isfinite(loss)
+    assert (mim.last_mask.sum(1) == round(0.75 * 16)).all()
+    pred, target = torch.randn(3, 16, 64), torch.randn(3, 16, 64)
+    mask, _ = random_masking(3, 16, 0.75, torch.Generator().manual_seed(1))
+    base = MaskedImageModeling.masked_loss(pred, target, mask)
+    altered = target.clone()
+    altered[~mask] += 100.0
+    assert MaskedImageModeling.masked_loss(pred, altered, mask) == base
+    altered[mask] += 1.0
+    assert MaskedImageModeling.masked_loss(pred, altered, mask) != base
+
+
+def test_mim_bad_arguments():
+    enc = _enc()
+    with pytest.raises(ValueError, match="mask_ratio"):
+        MaskedImageModeling(enc, mask_ratio=1.0)
+    with pytest.raises(ValueError, match="needs batch\\['ncct'\\]"):
+        MaskedImageModeling(enc)({"cect": torch.rand(2, 1, 32, 32)}, enc)
+
+
+def test_cross_phase_needs_cect_and_teacher_gets_no_grad(data):
+    enc, teacher = _enc(0), _enc(5)
+    cpt = CrossPhaseTransfer(enc, teacher=teacher, decoder_dim=32)
+    b = data.batch(range(4))
+    with pytest.raises(ValueError, match="cect"):
+        cpt({"ncct": b["ncct"]}, enc)
+    loss = cpt(b, enc)
+    loss.backward()
+    assert all(p.grad is None and not p.requires_grad for p in teacher.parameters())
+    assert any(p.grad is not None for p in enc.parameters())
+    assert not teacher.training
+    cpt.train()
+    assert not teacher.training
+    t = torch.randn(2, 5, 8)
+    assert CrossPhaseTransfer.alignment_loss(t.clone(), t).abs().max() < 1e-6
+    assert CrossPhaseTransfer.alignment_loss(-t, t) > 1.9
+
+
+def test_cross_phase_without_teacher_is_reconstruction_only(data):
+    enc = _enc()
+    b = data.batch(range(4))
+    torch.manual_seed(0)
+    with_t = CrossPhaseTransfer(enc, teacher=_enc(5), decoder_dim=32, align_weight=0.0)
+    torch.manual_seed(0)
+    without = CrossPhaseTransfer(enc, teacher=None, decoder_dim=32)
+    without.decoder.load_state_dict(with_t.decoder.state_dict())
+    torch.manual_seed(9)
+    a = with_t(b, enc)
+    torch.manual_seed(9)
+    assert torch.equal(a, without(b, enc))
+
+
+def test_info_nce_symmetric_and_log_b():
+    u, v = torch.randn(6, 8), torch.randn(6, 8)
+    assert torch.allclose(info_nce(u, v, 10.0), info_nce(v, u, 10.0))
+    same = torch.ones(6, 8)
+    assert math.isclose(float(info_nce(same, same, 14.0)), math.log(6), rel_tol=1e-6)
+
+
+def test_report_contrastive_temperature_positive(data):
+    enc = _enc()
+    rep = ReportContrastive(HashedTextEncoder(16), 16, enc.dim, 16)
+    assert math.isclose(float(rep.temperature.detach()), 0.07, rel_tol=1e-5)
+    with torch.no_grad():
+        rep.log_scale.fill_(-50.0)
+    assert float(rep.temperature) > 0
+    b = data.batch(range(6))
+    assert torch.isfinite(rep(b, enc))
+    with pytest.raises(TypeError, match="list of strings"):
+        rep({**b, "report": "one string"}, enc)
+    b2 = {**b, "report_emb": torch.randn(5, 16)}
+    with pytest.raises(ValueError, match="5 report embeddings for 6 images"):
+        rep(b2, enc)
+
+
+def test_pathology_ignores_minus_one(data):
+    enc = _enc()
+    path = PathologySupervision(enc.dim, TASKS)
+    b = data.batch(range(8))
+    labels = {k: v.clone() for k, v in b["pathology"].items()}
+    labels["T"][:3] = -1
+    base = path({**b, "pathology": labels}, enc)
+    other = {k: v.clone() for k, v in labels.items()}
+    other["malignant"][:0] = 0
+    other["T"][:3] = -1
+    assert torch.equal(path({**b, "pathology": other}, enc), base)
+    changed = {k: v.clone() for k, v in labels.items()}
+    changed["T"][3] = (changed["T"][3] + 1) % 4
+    assert not torch.equal(path({**b, "pathology": changed}, enc), base)
+    all_missing = {k: torch.full_like(v, -1) for k, v in labels.items()}
+    assert float(path({**b, "pathology": all_missing}, enc)) == 0.0
+    with pytest.raises(ValueError, match="must lie in"):
+        path({**b, "pathology": {**labels, "N": torch.full_like(labels["N"], 5)}}, enc)
+    with pytest.raises(TypeError, match="long tensor"):
+        path({**b, "pathology": {**labels, "N": labels["N"].float()}}, enc)
+
+
+# ----------------------------------------------------------------------------- freezing and curriculum
+def test_freeze_early_blocks_really_freezes(data):
+    enc = _enc(depth=3)
+    freeze_early_blocks(enc, 2)
+    frozen = [*enc.embed.parameters(), *enc.blocks[0].parameters(), *enc.blocks[1].parameters()]
+    assert all(not p.requires_grad for p in frozen)
+    assert all(p.requires_grad for p in enc.blocks[2].parameters())
+    before = {k: v.clone() for k, v in enc.state_dict().items()}
+    mim = MaskedImageModeling(enc, decoder_dim=32)
+    opt = torch.optim.AdamW([p for p in (*enc.parameters(), *mim.parameters()) if p.requires_grad], lr=1e-2)
+    mim(data.batch(range(8)), enc).backward()
+    opt.step()
+    after = enc.state_dict()
+    for k in before:
+        if k.startswith(("embed.", "blocks.0.", "blocks.1.")):
+            assert torch.equal(before[k], after[k]), k
+    assert any(not torch.equal(before[k], after[k]) for k in before if k.startswith("blocks.2."))
+    with pytest.raises(ValueError, match="n must lie in"):
+        freeze_early_blocks(enc, 4)
+    freeze_early_blocks(enc, 0)
+    assert all(p.requires_grad for p in enc.parameters())
+
+
+def test_schedule_retention_and_unknown_names():
+    sched = CurriculumSchedule(_stages(), retain=True)
+    assert sched.active_objectives(2) == ["mim", "phase", "report"]
+    assert CurriculumSchedule(_stages(), retain=False).active_objectives(2) == ["report"]
+    losses = {n: torch.tensor(float(i + 1)) for i, n in enumerate(("mim", "phase", "report", "pathology"))}
+    assert float(sched.stage_loss(losses, 3)) == 10.0
+    assert float(sched.stage_loss(losses, 1)) == 3.0
+    assert float(CurriculumSchedule(_stages(), retain=False).stage_loss(losses, 3)) == 4.0
+    weighted = _stages()
+    weighted[1].weights = {"mim": 0.5, "phase": 2.0}
+    assert float(CurriculumSchedule(weighted).stage_loss(losses, 1)) == 0.5 + 4.0
+    bad = _stages()
+    bad[2].objectives = ["reports"]
+    enc = _enc()
+    with pytest.raises(KeyError, match="reports"):
+        RadOmniPretrainer(enc, _objectives(enc), CurriculumSchedule(bad))
+    with pytest.raises(ValueError, match="freeze_blocks = 9"):
+        RadOmniPretrainer(enc, _objectives(enc), CurriculumSchedule(_stages(freeze=(0, 1, 9, 1))))
+    with pytest.raises(TypeError, match="schedule"):
+        RadOmniPretrainer(enc, _objectives(enc), _stages())
+
+
+def _loader(data, n=3, bs=8):
+    return {"default": [data.batch(range(i * bs, (i + 1) * bs)) for i in range(n)]}
+
+
+def test_retained_objectives_contribute_to_later_stage_loss(data):
+    enc = _enc()
+    tr = RadOmniPretrainer(
+        enc, _objectives(enc), CurriculumSchedule(_stages(steps=2), normalize_losses=False)
+    )
+    logs = tr.fit(_loader(data))
+    last = logs[-1]
+    assert last["active"] == ["mim", "phase", "report", "pathology"]
+    for s in range(2):
+        assert math.isclose(last["loss"][s], sum(last["terms"][a][s] for a in last["active"]), rel_tol=1e-5)
+    enc2 = _enc()
+    tr2 = RadOmniPretrainer(
+        enc2, _objectives(enc2), CurriculumSchedule(_stages(steps=2), retain=False, normalize_losses=False)
+    )
+    last2 = tr2.fit(_loader(data))[-1]
+    assert last2["active"] == ["pathology"] and last2["loss"] == last2["terms"]["pathology"]
+
+
+def test_normalised_losses_start_at_one_per_term(data):
+    enc = _enc()
+    tr = RadOmniPretrainer(enc, _objectives(enc), CurriculumSchedule(_stages(steps=2)))
+    last = tr.fit(_loader(data))[-1]
+    assert math.isclose(last["loss"][0], 4.0, rel_tol=1e-5)
+
+
+def test_stage_one_only_equals_plain_mim(data):
+    batches = _loader(data)["default"]
+    enc = _enc()
+    obj = _objectives(enc)
+    tr = RadOmniPretrainer(
+        enc, obj, CurriculumSchedule([Stage("s1", ["mim"], 4, 0)], normalize_losses=False), seed=7
+    )
+    tr.fit({"default": batches})
+    enc_ref = _enc()
+    mim_ref = _objectives(enc_ref)["mim"]
+    torch.manual_seed(7 * 1000)
+    opt = torch.optim.AdamW([*enc_ref.parameters(), *mim_ref.parameters()], lr=1e-3, weight_decay=0.05)
+    for i in range(4):
+        loss = mim_ref(batches[i % 3], enc_ref)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    for (k, a), b in zip(enc.state_dict().items(), enc_ref.state_dict().values()):
+        assert torch.equal(a, b), k
+
+
+def test_missing_modality_is_skipped_and_logged(data):
+    enc = _enc()
+    b = data.batch(range(8))
+    ncct_only = [{"ncct": b["ncct"]}]
+    tr = RadOmniPretrainer(enc, _objectives(enc), CurriculumSchedule(_stages(steps=2)[:2]))
+    logs = tr.fit({"default": ncct_only})
+    assert logs[1]["skipped"] == {"mim": 0, "phase": 2}
+
+
+def test_checkpoint_per_stage_and_resume_from_stage_3(data, tmp_path):
+    teacher = _enc(11)
+    enc = _enc()
+    full = RadOmniPretrainer(enc, _objectives(enc, teacher), CurriculumSchedule(_stages(steps=2)), seed=2)
+    full.fit(_loader(data), checkpoint_dir=tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"stage_{i}.pt" for i in range(4)]
+    enc2 = _enc(99)
+    resumed = RadOmniPretrainer(
+        enc2, _objectives(enc2, teacher), CurriculumSchedule(_stages(steps=2)), seed=0
+    )
+    resumed.load_state_dict(torch.load(tmp_path / "stage_1.pt"))
+    resumed.fit(_loader(data))
+    for (k, a), b in zip(full.state_dict()["encoder"].items(), resumed.state_dict()["encoder"].values()):
+        assert torch.equal(a, b), k
+
+
+# ----------------------------------------------------------------------------- data
+def test_dataset_contrast_masks_determinism_and_centre_shift():
+    a = SyntheticCTDataset(60, size=32, seed=4)
+    assert a.lesion_cnr("cect") > a.lesion_cnr("ncct")
+    assert torch.equal(a.ncct, SyntheticCTDataset(60, size=32, seed=4).ncct)
+    assert not torch.equal(a.ncct, SyntheticCTDataset(60, size=32, seed=5).ncct)
+    assert 0.0 <= float(a.ncct.min()) and float(a.ncct.max()) <= 1.0
+    has = a.pathology["type"] < 3
+    assert bool((a.mask.flatten(1).any(1)[has]).all())
+    # masks sit on lesions: CECT differs from the surrounding liver inside the mask for enhancing lesions
+    hyper = torch.nonzero(a.pathology["type"] == 0).flatten()
+    i = int(hyper[0])
+    m = a.mask[i, 0]
+    assert float(a.cect_hu[i, 0][m].median()) > 140 > float(a.ncct_hu[i, 0][m].median())
+    liver_like = a.ncct_hu[has].flatten()
+    assert -1100 < float(liver_like.min()) and float(liver_like.max()) < 500  # HU-like range
+    b = SyntheticCTDataset(60, size=32, seed=4, centre="B")
+    assert (b.noise_hu, b.offset_hu) == (18.0, 10.0)
+    corner_a, corner_b = a.ncct_hu[:, 0, :3, :3].flatten(), b.ncct_hu[:, 0, :3, :3].flatten()  # air
+    assert float(corner_b.mean() - corner_a.mean()) == pytest.approx(10.0, abs=3.0)
+    assert float(corner_a.std()) == pytest.approx(12.0, rel=0.15)
+    assert float(corner_b.std()) == pytest.approx(18.0, rel=0.15)
+    with pytest.raises(ValueError, match="centre"):
+        SyntheticCTDataset(4, centre="C")
+    with pytest.raises(ValueError, match="n must"):
+        SyntheticCTDataset(0)
