@@ -117,6 +117,26 @@ def test_mim_bad_arguments():
         MaskedImageModeling(enc)({"cect": torch.rand(2, 1, 32, 32)}, enc)
 
 
+def test_objectives_reject_bad_images_with_named_key(data):
+    enc = _enc()
+    mim = MaskedImageModeling(enc, decoder_dim=32)
+    good = data.batch(range(2))["ncct"]
+    cases = [
+        (good.unsqueeze(0), ValueError, "must be \\(B >= 1, 1, 32, 32\\)"),
+        (good[:0], ValueError, "B >= 1"),
+        (good * 300.0, ValueError, "scaled to \\[0, 1\\]"),
+        (good.double(), TypeError, "batch\\['ncct'\\] is torch.float64"),
+        (good.long(), TypeError, "floating-point"),
+        (good.clone().fill_(float("nan")), ValueError, "NaN or inf"),
+    ]
+    for x, err, msg in cases:
+        with pytest.raises(err, match=msg):
+            mim({"ncct": x}, enc)
+    cpt = CrossPhaseTransfer(enc, decoder_dim=32)
+    with pytest.raises(ValueError, match="batch\\['cect'\\] must be"):
+        cpt({"ncct": good, "cect": good[:, :, :16]}, enc)
+
+
 def test_cross_phase_needs_cect_and_teacher_gets_no_grad(data):
     enc, teacher = _enc(0), _enc(5)
     cpt = CrossPhaseTransfer(enc, teacher=teacher, decoder_dim=32)

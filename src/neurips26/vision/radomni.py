@@ -190,6 +190,21 @@ def _need(batch: Mapping[str, Any], key: str, who: str) -> Any:
     return batch[key]
 
 
+def _image(batch: Mapping[str, Any], key: str, who: str, encoder: nn.Module) -> Tensor:
+    """``batch[key]`` checked as a finite ``(B, 1, H, W)`` image batch in ``[0, 1]`` of the encoder's dtype."""
+    name = f"batch[{key!r}]"
+    x = check_tensor(name, _need(batch, key, who), like=encoder, like_name="encoder")
+    size = getattr(encoder, "image_size", x.shape[-1] if x.dim() == 4 else -1)
+    if x.dim() != 4 or x.shape[0] < 1 or x.shape[1] != 1 or tuple(x.shape[-2:]) != (size, size):
+        raise ValueError(f"{name} must be (B >= 1, 1, {size}, {size}), got {tuple(x.shape)}")
+    if float(x.min()) < -1e-4 or float(x.max()) > 1 + 1e-4:
+        raise ValueError(
+            f"{name} must be HU-windowed and scaled to [0, 1], got range [{float(x.min()):.3g}, "
+            f"{float(x.max()):.3g}]"
+        )
+    return x
+
+
 class _LightDecoder(nn.Module):
     """MAE-style light decoder: visible tokens + mask tokens at their positions -> per-patch pixels."""
 
@@ -268,7 +283,7 @@ class MaskedImageModeling(nn.Module):
         return (per_patch * m).sum() / m.sum().clamp_min(1.0)
 
     def forward(self, batch: Mapping[str, Tensor], encoder: nn.Module) -> Tensor:
-        x = check_tensor(f"batch[{self.key!r}]", _need(batch, self.key, "MaskedImageModeling"))
+        x = _image(batch, self.key, "MaskedImageModeling", encoder)
         mask, keep = random_masking(x.shape[0], self.num_patches, self.mask_ratio)
         self.last_mask = mask
         pred = self.decoder(encoder(x, keep), keep)
@@ -330,8 +345,8 @@ class CrossPhaseTransfer(nn.Module):
         return (1.0 - F.cosine_similarity(student, teacher_tokens.detach(), dim=-1)).mean()
 
     def forward(self, batch: Mapping[str, Tensor], encoder: nn.Module) -> Tensor:
-        x = check_tensor("batch['ncct']", _need(batch, "ncct", "CrossPhaseTransfer"))
-        y = check_tensor("batch['cect']", _need(batch, "cect", "CrossPhaseTransfer"))
+        x = _image(batch, "ncct", "CrossPhaseTransfer", encoder)
+        y = _image(batch, "cect", "CrossPhaseTransfer", encoder)
         if x.shape != y.shape:
             raise ValueError(
                 f"batch['cect'] {tuple(y.shape)} must match batch['ncct'] {tuple(x.shape)} (paired)"
@@ -445,7 +460,7 @@ class ReportContrastive(nn.Module):
             return self.text_encoder(list(reports)).float()
 
     def forward(self, batch: Mapping[str, Any], encoder: nn.Module) -> Tensor:
-        x = check_tensor("batch['ncct']", _need(batch, "ncct", "ReportContrastive"))
+        x = _image(batch, "ncct", "ReportContrastive", encoder)
         t = self.text_embeddings(batch)
         if t.shape[0] != x.shape[0]:
             raise ValueError(f"{t.shape[0]} report embeddings for {x.shape[0]} images")
@@ -472,7 +487,7 @@ class PathologySupervision(nn.Module):
         )
 
     def forward(self, batch: Mapping[str, Any], encoder: nn.Module) -> Tensor:
-        x = check_tensor("batch['ncct']", _need(batch, "ncct", "PathologySupervision"))
+        x = _image(batch, "ncct", "PathologySupervision", encoder)
         labels = _need(batch, "pathology", "PathologySupervision")
         if not isinstance(labels, Mapping):
             raise TypeError(
