@@ -122,6 +122,14 @@ def test_bad_inputs_raise_clear_errors():
         branch(torch.rand(2, 1, S, S))
     with pytest.raises(ValueError, match="branch"):
         branch(torch.rand(2, 3, S, S), branch="depth")
+    with pytest.raises(TypeError, match="images"):
+        branch(torch.rand(2, 3, S, S).half())
+    with pytest.raises(ValueError, match="images"):
+        branch(torch.full((2, 3, S, S), 1e30))
+    with pytest.raises(ValueError, match="images"):
+        branch(torch.full((2, 3, S, S), float("nan")))
+    with pytest.raises(ValueError, match="images"):
+        branch(torch.rand(0, 3, S, S))
     for bad in (0.0, 1.5, -0.1):
         with pytest.raises(ValueError, match="keep_ratio"):
             KnowledgeRouter(D, bad)
@@ -305,3 +313,21 @@ def test_renderer_front_object_wins():
     rgb, dep = render_objects(np.array([0.0]), np.array([3.0]), np.array([1]), np.array([1]), 16)
     row = int(16 / 2 - 16 * (-1 + 0.35) / 3.0)  # projected centre row of the cube
     assert dep[row, 8] == np.float32(3.0) and dep[0, 0] == np.float32(8.0)  # object, far wall
+
+
+def test_cached_expert_and_2d_tokens_equal_online_path():
+    b = _batch()
+    online = _model(seed=4)[0]
+    _randomise_lora(online.visual)
+    ref = online.training_step(b)
+    with torch.no_grad():
+        cached = dict(
+            b, tokens_2d=online.visual(b["rgb"], "2d").tokens_2d, expert_attn=online.expert[0](b["rgb"])
+        )
+    calls = online.expert[0].calls
+    out = online.training_step(cached)
+    assert online.expert[0].calls == calls  # the cached attention replaced the expert call
+    for k in ref:
+        assert torch.allclose(out[k], ref[k], atol=1e-6, rtol=1e-5), k
+    with pytest.raises(ValueError, match="tokens_2d"):
+        online.training_step(dict(b, tokens_2d=cached["tokens_2d"][:2]))

@@ -265,18 +265,22 @@ class BranchOutput:
     attn_2d: dict[str, torch.Tensor]
 
 
-def _check_images(images, image_size: int, channels: int) -> torch.Tensor:
-    check_tensor("images", images)
-    if (
-        images.dim() != 4
-        or images.shape[1] != channels
-        or images.shape[2] != image_size
-        or images.shape[3] != image_size
-    ):
+def _check_images(images, image_size: int, channels: int, like: nn.Module | None = None) -> torch.Tensor:
+    check_tensor("images", images, like=like, like_name="backbone")
+    if images.dim() != 4 or tuple(images.shape[1:]) != (channels, image_size, image_size):
         raise ValueError(
             f"images must have shape (B, {channels}, {image_size}, {image_size}), got {tuple(images.shape)}"
         )
+    if images.shape[0] == 0:
+        raise ValueError("images must hold at least one image (batch size 0)")
+    if images.numel() and float(images.abs().max()) > MAX_PIXEL:
+        raise ValueError(
+            f"images must lie in [-{MAX_PIXEL:g}, {MAX_PIXEL:g}] (pixel values), got larger magnitudes"
+        )
     return images
+
+
+MAX_PIXEL = 1e3
 
 
 class SpatialLoRABranch(nn.Module):
@@ -320,7 +324,7 @@ class SpatialLoRABranch(nn.Module):
 
     def forward(self, images: torch.Tensor, branch: str = "both") -> BranchOutput:
         check_choice("branch", branch, ("2d", "3d", "both"))
-        _check_images(images, self.image_size, self.channels)
+        _check_images(images, self.image_size, self.channels, like=self.peft)
         t2, a2, t3, a3 = None, {}, None, {}
         if branch in ("2d", "both"):
             t2, a2 = self._pass(images, adapters=False)
@@ -601,8 +605,14 @@ class SparkVLA(nn.Module):
         self.use_router, self.route_supervision = bool(use_router), bool(route_supervision)
         self.route_loss = RouterSupervisionLoss("hard")
 
-    def _features(self, images, instruction):
-        out = self.visual(images, "both")
+    def _features(self, images, instruction, tokens_2d=None):
+        if tokens_2d is None:
+            out = self.visual(images, "both")
+        else:  # cached frozen 2-D tokens: only the adapted pass runs
+            if tokens_2d.shape[0] != images.shape[0]:
+                raise ValueError(f"tokens_2d has batch {tokens_2d.shape[0]}, images {images.shape[0]}")
+            out = self.visual(images, "3d")
+            out.tokens_2d = tokens_2d
         cand = self.router.candidates(out.tokens_2d, out.tokens_3d)
         cond = self.policy.cond(instruction)
         return out, cand, cond
@@ -616,14 +626,18 @@ class SparkVLA(nn.Module):
         return self.policy(instruction, r.selected, r.indices), r
 
     def training_step(self, batch: dict) -> dict[str, torch.Tensor]:
+        """One loss evaluation. ``batch``: ``rgb``, ``instruction``, ``action``; optional precomputed
+        ``tokens_2d`` (frozen 2-D path) and ``expert_attn`` (dict of expert attention), which replace the
+        2-D pass and the expert call (the spec's offline-expert path; equal to the online path)."""
         images, instruction, target = batch["rgb"], batch["instruction"], batch["action"]
-        out, cand, cond = self._features(images, instruction)
+        out, cand, cond = self._features(images, instruction, batch.get("tokens_2d"))
         pred, r = self._act(cand, cond, instruction)
         l_act = F.l1_loss(pred, target)
         zero = l_act.new_zeros(())
         srd = zero
         if self.distill is not None:
-            srd = self.distill(out.attn_3d, self.expert[0](images))
+            teacher = batch.get("expert_attn")
+            srd = self.distill(out.attn_3d, self.expert[0](images) if teacher is None else teacher)
         route = zero
         if r is not None and self.route_supervision:
             dense = cand.detach().requires_grad_(True)
