@@ -703,8 +703,8 @@ class RadOmniPretrainer:
 
 # ------------------------------------------------------------------------------------------------------ data
 LESION_TYPES = ("hypervascular", "hypovascular", "cystic")
-_NC_LESION = {"hypervascular": 49.0, "hypovascular": 44.0, "cystic": 40.0}  # weakly separable on NCCT
-_CE_LESION = {"hypervascular": 170.0, "hypovascular": 65.0, "cystic": 40.0}
+_NC_LESION = {"hypervascular": 46.0, "hypovascular": 40.0, "cystic": 34.0}  # weakly separable on NCCT
+_CE_LESION = {"hypervascular": 170.0, "hypovascular": 65.0, "cystic": 34.0}
 
 
 def _ellipse(yy, xx, cy, cx, ry, rx, angle=0.0):
@@ -718,11 +718,11 @@ class SyntheticCTDataset(torch.utils.data.Dataset):
     environment) with template reports, pathology labels and lesion masks.
 
     Anatomy (HU, NCCT / CECT): fat -100, body wall 40 / 60, liver 55 / 110, spleen 48 / 120, kidneys 35 / 180,
-    aorta 40 / 200, spine 400. 0-2 liver lesions (radius 2.5-9 % of the image; types hypervascular 49 / 170,
-    hypovascular 44 / 65 with a 130 rim, cystic 40 / 40, each +-5 HU), a spleen lesion with p = 0.12 (M1) and
+    aorta 40 / 200, spine 400. 0-2 liver lesions (radius 5-14 % of the image; types hypervascular 46 / 170,
+    hypovascular 40 / 65 with a 130 rim, cystic 34 / 34, each +-5 HU), a spleen lesion with p = 0.12 (M1) and
     0-3 lymph-node blobs (N1 when one is > 10 mm, pixel = 1 mm at size 64). Gaussian noise sigma 12 HU (centre
     "B": sigma 18 and +10 HU offset). Values are windowed to [-160, 240] HU and scaled to [0, 1].
-    Pathology: ``malignant`` (hypovascular, or hypervascular > 6 mm radius), ``T`` (largest-lesion size bin,
+    Pathology: ``malignant`` (hypovascular, or hypervascular with radius > 10 % of the image), ``T`` (largest-lesion size bin,
     0 = none), ``N``, ``M``, ``type`` (type of the largest lesion, 3 = none).
     """
 
@@ -780,7 +780,7 @@ class SyntheticCTDataset(torch.utils.data.Dataset):
         ly, lx = np.nonzero(liver)
         for _ in range(n_les):
             k = rng.integers(len(ly))
-            rad = rng.uniform(0.025, 0.09)
+            rad = rng.uniform(0.05, 0.14)
             typ = LESION_TYPES[rng.integers(3)]
             reg = _ellipse(yy, xx, ly[k] / s, lx[k] / s, rad, rad * rng.uniform(0.8, 1.2)) & liver
             if not reg.any():
@@ -812,9 +812,9 @@ class SyntheticCTDataset(torch.utils.data.Dataset):
         ce = ce + self.offset_hu + noise[1]
         if lesions:
             typ, rad, _, pos = max(lesions, key=lambda t: t[1])
-            t_cat = 1 + int(rad > 0.045) + int(rad > 0.07)
+            t_cat = 1 + int(rad > 0.08) + int(rad > 0.11)
             malignant = int(
-                any(t == "hypovascular" or (t == "hypervascular" and r > 0.06) for t, r, _, _ in lesions)
+                any(t == "hypovascular" or (t == "hypervascular" and r > 0.1) for t, r, _, _ in lesions)
             )
             seg = "right lobe" if pos < 0.45 else "left lobe"
             density = {"hypervascular": "isodense", "hypovascular": "hypodense", "cystic": "hypodense"}[typ]

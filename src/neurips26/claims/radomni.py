@@ -1,0 +1,395 @@
+"""Claim check for RadOmni (four-stage curriculum omni-pretraining of a non-contrast CT encoder; seed
+``000_f8b4140a0e3b5d84.txt``, "Non-contrast CT (NCCT) is widely used").
+
+Generated paired NCCT / CECT phantoms (:class:`~neurips26.vision.radomni.SyntheticCTDataset`) with template
+reports and pathology labels. Every pretraining arm starts from the same ViT initialisation and sees the same
+batches (the same cases in the same order) for the same number of optimiser steps ``4 S``; only the objective
+set, the curriculum and the freezing differ. The CECT teacher (MIM on CECT) and the frozen MiniLM report
+embeddings are shared by every arm that uses them. Downstream: frozen NCCT-only encoder, mean-pooled tokens,
+standardised, one logistic-regression probe per task with a fixed ``C`` (no tuning for any arm), trained on a
+disjoint labelled NCCT set and tested on centre A and on a shifted centre B.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from neurips26.claims.base import AtLeast, AtMost, Better, Claim, Headline, SeedResult
+from neurips26.claims.plotting import pyplot, save_figure
+from neurips26.common.cache import cached_object
+from neurips26.common.models import count_parameters
+from neurips26.common.threads import torch_threads
+from neurips26.vision.radomni import (
+    CrossPhaseTransfer,
+    CurriculumSchedule,
+    HashedTextEncoder,
+    MaskedImageModeling,
+    MiniLMTextEncoder,
+    NCCTViT,
+    PathologySupervision,
+    RadOmniPretrainer,
+    ReportContrastive,
+    Stage,
+    SyntheticCTDataset,
+)
+
+METHOD = "radomni"
+BASELINES = ("mim_only", "joint", "no_retention")
+REFERENCES = ("random_init",)
+ARMS = (METHOD, *BASELINES, *REFERENCES)
+OBJECTIVES = ("mim", "phase", "report", "pathology")
+TASKS = {"malignant": 2, "T": 4, "N": 2, "M": 2}
+PROBES = ("auroc_malignant_A", "auroc_malignant_B", "acc_T_A", "acc_type_A")
+
+_TEXT_CACHE: dict[str, Any] = {}
+
+
+def _text_encoder(kind: str):
+    if kind == "hashed":
+        return HashedTextEncoder(64)
+    if "minilm" not in _TEXT_CACHE:  # one load per process (~8 s)
+        _TEXT_CACHE["minilm"] = MiniLMTextEncoder()
+    return _TEXT_CACHE["minilm"]
+
+
+def _report_embeddings(reports: list[str], kind: str) -> torch.Tensor:
+    """Frozen text-encoder embeddings of the reports; MiniLM's are cached on disk per distinct report set."""
+    if kind == "hashed":
+        return _text_encoder(kind)(reports).float()
+    unique = sorted(set(reports))
+    key = hashlib.sha256("\n".join(unique).encode()).hexdigest()[:16]
+    table = cached_object(
+        "radomni-minilm",
+        {"reports": key, "n": len(unique), "v": 1},
+        lambda: _text_encoder(kind)(unique).float(),
+    )
+    row = {r: i for i, r in enumerate(unique)}
+    return table[torch.tensor([row[r] for r in reports])]
+
+
+def _encoder(cfg: dict, seed: int) -> NCCTViT:
+    torch.manual_seed(seed)
+    return NCCTViT(cfg["size"], cfg["patch"], cfg["dim"], cfg["depth"], cfg["heads"])
+
+
+def _batches(ds: SyntheticCTDataset, report_emb: torch.Tensor, n: int, bs: int, seed: int) -> list[dict]:
+    gen = torch.Generator().manual_seed(seed)
+    out, perm, pos = [], torch.randperm(ds.n, generator=gen), 0
+    for _ in range(n):
+        if pos + bs > ds.n:
+            perm, pos = torch.randperm(ds.n, generator=gen), 0
+        idx = perm[pos : pos + bs]
+        pos += bs
+        b = ds.batch(idx)
+        b["report_emb"] = report_emb[idx]
+        out.append(b)
+    return out
+
+
+def _objectives(enc: NCCTViT, teacher: NCCTViT, text_dim: int, seed: int) -> dict:
+    torch.manual_seed(seed + 1)
+    return {
+        "mim": MaskedImageModeling(enc, decoder_dim=32),
+        "phase": CrossPhaseTransfer(enc, teacher=teacher, decoder_dim=32),
+        "report": ReportContrastive(None, 32, enc.dim, text_dim),
+        "pathology": PathologySupervision(enc.dim, TASKS),
+    }
+
+
+def _schedule(arm: str, cfg: dict) -> tuple[CurriculumSchedule, dict[str, str]]:
+    s = cfg["stage_steps"]
+    if arm == "mim_only":
+        return CurriculumSchedule([Stage("all", ["mim"], 4 * s)]), {"all": "all"}
+    if arm == "joint":
+        return CurriculumSchedule([Stage("all", list(OBJECTIVES), 4 * s)]), {"all": "all"}
+    freeze = cfg["freeze"] if arm == METHOD else (0, 0, 0, 0)
+    stages = [Stage(f"s{i + 1}", [o], s, f) for i, (o, f) in enumerate(zip(OBJECTIVES, freeze))]
+    return CurriculumSchedule(stages, retain=arm == METHOD), {f"s{i + 1}": i for i in range(4)}
+
+
+def _features(enc: NCCTViT, x: torch.Tensor) -> np.ndarray:
+    enc.eval()
+    with torch.no_grad():
+        return torch.cat([enc(x[i : i + 256]).mean(1) for i in range(0, len(x), 256)]).numpy()
+
+
+def _probe(enc: NCCTViT, down: SyntheticCTDataset, tests: dict, cfg: dict) -> dict[str, float]:
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import roc_auc_score
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    ftr = _features(enc, down.ncct)
+    fte = {c: _features(enc, ds.ncct) for c, ds in tests.items()}
+    out = {}
+    for task in ("malignant", "T", "type"):
+        clf = make_pipeline(StandardScaler(), LogisticRegression(C=cfg["probe_C"], max_iter=2000))
+        clf.fit(ftr, down.pathology[task].numpy())
+        if task == "malignant":
+            for c, ds in tests.items():
+                out[f"auroc_malignant_{c}"] = float(
+                    roc_auc_score(ds.pathology[task].numpy(), clf.predict_proba(fte[c])[:, 1])
+                )
+        else:
+            out[f"acc_{task}_A"] = float((clf.predict(fte["A"]) == tests["A"].pathology[task].numpy()).mean())
+    return out
+
+
+def _mim_test_loss(enc: NCCTViT, mim: MaskedImageModeling, ds: SyntheticCTDataset, seed: int) -> float:
+    enc.eval()
+    torch.manual_seed(seed + 99)
+    with torch.no_grad():
+        return float(np.mean([float(mim({"ncct": ds.ncct[i : i + 100]}, enc)) for i in range(0, ds.n, 100)]))
+
+
+def run(config: dict[str, Any], seed: int) -> SeedResult:
+    with torch_threads(config.get("threads", 1)):
+        return _run(config, seed)
+
+
+def _run(cfg: dict, seed: int) -> SeedResult:
+    t_start = time.perf_counter()
+    size = cfg["size"]
+    pre = SyntheticCTDataset(cfg["n_pretrain"], size, seed=1000 + seed)
+    down = SyntheticCTDataset(cfg["n_downstream"], size, seed=2000 + seed)
+    tests = {c: SyntheticCTDataset(cfg["n_test"], size, seed=3000 + seed, centre=c) for c in ("A", "B")}
+    report_emb = _report_embeddings(pre.reports, cfg["text_encoder"])
+    s = cfg["stage_steps"]
+    batches = _batches(pre, report_emb, 4 * s, cfg["batch"], seed + 5)
+
+    # CECT teacher: MIM on CECT, shared by every arm that uses the cross-phase objective
+    teacher = _encoder(cfg, seed + 77)
+    t_mim = MaskedImageModeling(teacher, decoder_dim=32, key="cect")
+    RadOmniPretrainer(
+        teacher,
+        {"mim": t_mim},
+        CurriculumSchedule([Stage("t", ["mim"], cfg["teacher_steps"])]),
+        lambda p: torch.optim.AdamW(p, lr=cfg["lr"], weight_decay=0.05),
+        seed=seed + 3,
+    ).fit({"default": batches})
+
+    metrics: dict[str, dict[str, float]] = {k: {} for k in (*PROBES, "mean_downstream", "mim_loss_test")}
+    info: dict[str, Any] = {"budget": {}, "logs": {}, "time_s": {}}
+    for arm in ARMS:
+        t0 = time.perf_counter()
+        enc = _encoder(cfg, seed)  # identical init for every arm
+        if arm != "random_init":
+            objs = _objectives(enc, teacher, report_emb.shape[1], seed)
+            sched, names = _schedule(arm, cfg)
+            loaders = (
+                {"all": batches}
+                if "all" in names
+                else {f"s{i + 1}": batches[i * s : (i + 1) * s] for i in range(4)}
+            )
+            tr = RadOmniPretrainer(
+                enc, objs, sched, lambda p: torch.optim.AdamW(p, lr=cfg["lr"], weight_decay=0.05), seed=seed
+            )
+            logs = tr.fit(loaders)
+            steps = sum(lg["steps"] for lg in logs)
+            info["budget"][arm] = {
+                "steps": steps,
+                "batch": cfg["batch"],
+                "lr": cfg["lr"],
+                "encoder_params": count_parameters(enc),
+                "objective_evaluations": sum(len(v) for lg in logs for v in lg["terms"].values()),
+            }
+            info["logs"][arm] = [
+                {
+                    "stage": lg["stage"],
+                    "active": lg["active"],
+                    "freeze": lg["freeze_blocks"],
+                    "first": lg["loss"][0],
+                    "last": lg["loss"][-1],
+                    "terms_last": {k: v[-1] for k, v in lg["terms"].items() if v},
+                }
+                for lg in logs
+            ]
+            metrics["mim_loss_test"][arm] = _mim_test_loss(enc, objs["mim"], tests["A"], seed)
+            if arm == "mim_only":
+                terms = logs[0]["terms"]["mim"]
+                metrics["mim_loss_drop"] = {arm: 1.0 - float(np.mean(terms[-5:])) / terms[0]}
+        res = _probe(enc, down, tests, cfg)
+        for k, v in res.items():
+            metrics[k][arm] = v
+        metrics["mean_downstream"][arm] = float(np.mean([res[k] for k in PROBES]))
+        info["time_s"][arm] = time.perf_counter() - t0
+    metrics["cnr_ratio"] = {METHOD: pre.lesion_cnr("cect") / pre.lesion_cnr("ncct")}
+    info["cnr"] = {"ncct": pre.lesion_cnr("ncct"), "cect": pre.lesion_cnr("cect")}
+    info["label_rates"] = {k: v.float().mean().item() for k, v in tests["A"].pathology.items() if k != "type"}
+    info["text_encoder"] = cfg["text_encoder"]
+    info["total_s"] = time.perf_counter() - t_start
+    return SeedResult(metrics=metrics, info=info)
+
+
+def plot(result: dict, folder: Path) -> list[Path]:
+    plt = pyplot()
+    names = [*PROBES, "mean_downstream"]
+    fig, ax = plt.subplots(figsize=(10, 4))
+    width = 0.16
+    for j, arm in enumerate(ARMS):
+        means = [np.mean(result["metrics"][m][arm]) for m in names]
+        stds = [np.std(result["metrics"][m][arm]) for m in names]
+        ax.bar(np.arange(len(names)) + (j - 2) * width, means, width, yerr=stds, label=arm)
+    ax.set_xticks(np.arange(len(names)), names, fontsize=8)
+    ax.set_ylabel("linear probe on frozen NCCT encoder")
+    ax.set_ylim(0.2, 1.0)
+    ax.legend(fontsize=7)
+    return [save_figure(fig, folder, "radomni_probes", dpi=100)]
+
+
+_COMMON = {
+    "threads": 1,
+    "patch": 8,
+    "heads": 4,
+    "lr": 1e-3,
+    "probe_C": 1.0,
+    "n_downstream": 300,
+    "n_test": 500,
+}
+_ITEMS = {"smoke": 60, "quick": 500, "full": 500}
+
+CLAIM = Claim(
+    slug="radomni",
+    claim=(
+        "At equal pretraining steps on the same cases, the four-stage curriculum (MIM -> cross-phase -> report "
+        "ITC -> pathology, earlier objectives retained, early blocks frozen) gives an NCCT encoder whose frozen "
+        "features probe better than MIM-only, joint multi-objective and no-retention pretraining."
+    ),
+    method=METHOD,
+    baselines=BASELINES,
+    references=REFERENCES,
+    premises=(
+        AtLeast("mim_loss_drop", threshold=0.1, arm="mim_only", label="baseline_learns"),
+        AtMost("auroc_malignant_A", threshold=0.97, arm="mim_only", label="probe_not_at_ceiling"),
+        AtLeast("auroc_malignant_A", threshold=0.55, arm="mim_only", label="probe_above_chance"),
+        AtLeast("cnr_ratio", threshold=1.2, label="cect_carries_more_lesion_contrast"),
+    ),
+    criteria=(
+        Better("mean_downstream", baseline="mim_only", margin=0.0, min_seeds=3, label="beats_mim_mean"),
+        Better("auroc_malignant_A", baseline="mim_only", margin=0.0, min_seeds=3, label="beats_mim_auroc_A"),
+        Better("auroc_malignant_B", baseline="mim_only", margin=0.0, min_seeds=3, label="beats_mim_auroc_B"),
+        Better("mean_downstream", baseline="joint", margin=0.0, min_seeds=3, label="beats_joint_mean"),
+        Better(
+            "mean_downstream",
+            baseline="no_retention",
+            margin=0.0,
+            min_seeds=3,
+            label="beats_no_retention_mean",
+        ),
+        Better(
+            "mim_loss_test",
+            baseline="no_retention",
+            margin=0.0,
+            higher_is_better=False,
+            min_seeds=3,
+            label="less_forgetting_than_no_retention",
+        ),
+    ),
+    headlines=(
+        Headline(
+            "RadOmni consistently achieves strong performance across classification, TNM staging and report "
+            "generation, ahead of existing pretraining paradigms that add only part of the knowledge",
+            criteria=("beats_mim_mean", "beats_mim_auroc_A", "beats_joint_mean", "beats_no_retention_mean"),
+        ),
+        Headline("Robust cross-centre generalisation", criteria=("beats_mim_auroc_B",)),
+        Headline(
+            "Retaining earlier objectives limits conflicts and forgetting across stages",
+            criteria=("less_forgetting_than_no_retention", "beats_no_retention_mean"),
+        ),
+        Headline(
+            "Strong segmentation performance",
+            untested="no segmentation decoder is trained in the CPU check (budget); Dice is not measured",
+        ),
+        Headline("Favourable scaling", untested="one model and data size at CPU scale; no scaling sweep"),
+        Headline(
+            "Results on Omni-CT10K, two in-house centres and MSD",
+            untested="none of these data sets is available offline; synthetic 2-D phantoms instead",
+        ),
+    ),
+    items={**{m: _ITEMS for m in (*PROBES, "mean_downstream")}},
+    run=run,
+    configs={
+        "smoke": {
+            **_COMMON,
+            "size": 32,
+            "dim": 32,
+            "depth": 2,
+            "freeze": (0, 0, 1, 1),
+            "n_pretrain": 96,
+            "n_downstream": 60,
+            "n_test": 60,
+            "stage_steps": 2,
+            "batch": 16,
+            "teacher_steps": 2,
+            "text_encoder": "hashed",
+        },
+        "quick": {
+            **_COMMON,
+            "size": 32,
+            "dim": 64,
+            "depth": 2,
+            "freeze": (0, 0, 1, 1),
+            "n_pretrain": 600,
+            "stage_steps": 15,
+            "batch": 48,
+            "teacher_steps": 30,
+            "text_encoder": "minilm",
+        },
+        "full": {
+            **_COMMON,
+            "size": 32,
+            "dim": 64,
+            "depth": 3,
+            "freeze": (0, 1, 1, 2),
+            "n_pretrain": 1200,
+            "stage_steps": 50,
+            "batch": 64,
+            "teacher_steps": 100,
+            "text_encoder": "minilm",
+        },
+    },
+    seeds={"smoke": (0,), "quick": (0,), "full": (0, 1, 2)},
+    implemented=(
+        "neurips26.vision.radomni: NCCTViT (transformers ViTModel from config, MAE-style visible-token encoding), "
+        "MaskedImageModeling (ratio 0.75, 2-block light decoder, norm-pix MSE on masked patches), "
+        "CrossPhaseTransfer (CECT reconstruction on all patches + 1 - cos to a frozen CECT-MIM teacher's tokens "
+        "through an MLP projector), ReportContrastive (symmetric InfoNCE, learnable temperature 0.07, frozen "
+        "all-MiniLM-L6-v2 report embeddings + trainable projection), PathologySupervision (malignant/T/N/M "
+        "heads, -1 ignored), CurriculumSchedule (retention; losses normalised by their first value in a stage), "
+        "RadOmniPretrainer (per-stage freezing of the patch embedding + first f_s blocks, fresh AdamW per stage). "
+        "Arms: radomni (4 x S steps, retain, freeze), mim_only (4 S steps of MIM), joint (4 S steps of all four "
+        "objectives, no freezing), no_retention (stage s optimises only L_s, no freezing), random_init."
+    ),
+    differences=(
+        "2-D 32x32 phantoms instead of 3-D CT volumes; a 2-3 block ViT (d = 64, 16 tokens) instead of the spec's "
+        "4 blocks / d = 96 / 64x64 (CPU budget: the full profile would need ~25 min at the spec's size); "
+        "S = 15 (quick) / 50 (full) steps per stage instead of 40 / 250; 1,200 pretraining cases in full "
+        "instead of 3,000. The report generation head, fine-tuning and the segmentation probe are not run: "
+        "report generation is proxied by a linear probe on the lesion-type slot of the report. Probe C is fixed "
+        "to 1 for every arm (no tuning grid). The text encoder for smoke is a hashed bag of words."
+    ),
+    data=(
+        "SyntheticCTDataset (generated): pretraining n_pretrain cases with NCCT, CECT, report, pathology; "
+        "downstream 300 labelled NCCT cases; test 500 cases at centre A and 500 at centre B (noise 18 HU, +10 HU). "
+        "Disjoint seeds per split."
+    ),
+    plot=plot,
+    glossary={
+        "auroc_malignant_A": "AUROC of a logistic probe for malignancy on frozen mean-pooled NCCT features, centre A",
+        "auroc_malignant_B": "the same probe (trained on centre A) on the shifted centre B test set",
+        "acc_T_A": "accuracy of a 4-class probe for the T category (largest-lesion size bin, 0 = none), centre A",
+        "acc_type_A": "accuracy of a 4-class probe for the report's lesion-type slot (proxy for report generation)",
+        "mean_downstream": "mean of the four probe metrics",
+        "mim_loss_test": "masked-patch MSE of the arm's own MIM decoder on centre-A test NCCT after all pretraining "
+        "(lower = less forgetting of the MIM objective)",
+        "mim_loss_drop": "1 - (mean of the last 5 MIM losses) / (first MIM loss) of the mim_only arm",
+        "cnr_ratio": "data property (reported under the method arm): lesion-vs-surround contrast-to-noise of CECT "
+        "divided by that of NCCT on the pretraining set",
+    },
+)
