@@ -1,0 +1,33 @@
+"""Smoke profile of the SPARK-VLA claim check: structure, arms, finiteness, determinism, equal budgets."""
+
+import math
+
+from neurips26.claims.spark_vla import BASELINES, CLAIM, METHOD
+from neurips26.claims.runner import run_claim
+
+
+def test_smoke_structure_and_determinism(tmp_path):
+    a = run_claim("spark_vla", "smoke", out=tmp_path / "a", force=True)
+    b = run_claim("spark_vla", "smoke", out=tmp_path / "b", force=True)
+    for crit in (*CLAIM.criteria, *CLAIM.premises):
+        for arm in crit.arms_used(CLAIM.method):
+            assert arm in a["metrics"][crit.metric], (crit.label, arm)
+    for name, arms in a["metrics"].items():
+        for values in arms.values():
+            assert all(math.isfinite(v) for v in values), name
+    assert a["metrics"] == b["metrics"]
+    assert set(CLAIM.glossary) == set(a["metrics"])
+    info = a["info"][0]
+    budget = info["budget"]
+    assert {METHOD, *BASELINES} <= set(budget)
+    for key in ("steps", "batch", "lr_grid"):
+        assert len({str(rec[key]) for rec in budget.values()}) == 1, key
+    # SPARK's 2-D path is the frozen base: its probe accuracy cannot move
+    assert a["metrics"]["probe_drop"][METHOD] == [0.0]
+    assert a["metrics"]["token_fraction"][METHOD] == [0.25]
+    # the LoRA branch adds trainable parameters on top of the 2-D-only policy, the frozen base stays frozen
+    assert budget[METHOD]["trainable"] > budget["two_d_only"]["trainable"]
+    assert budget[METHOD]["frozen_in_model"] == budget["two_d_only"]["frozen_in_model"] > 0
+    assert budget["implicit_align"]["frozen_in_model"] == 0
+    perf = info["performance"]
+    assert 0 < perf["trainable_fraction"] < 1 and perf["paper_trainable_ratio_50M_over_0.5B"] == 0.1
