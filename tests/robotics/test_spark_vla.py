@@ -11,6 +11,7 @@ from peft import LoraConfig
 from torch import nn
 
 from neurips26.robotics.spark_vla import (
+    RADIUS,
     AttentionDistillationLoss,
     AttentionRecorder,
     ExpertAttention,
@@ -311,7 +312,7 @@ def test_renderer_front_object_wins():
         assert covered.any() and np.all(dep[covered] == np.float32(2.5))
         assert np.allclose(rgb[:, dep == np.float32(2.5)].max(0), rgb[0, dep == np.float32(2.5)])  # red wins
     rgb, dep = render_objects(np.array([0.0]), np.array([3.0]), np.array([1]), np.array([1]), 16)
-    row = int(16 / 2 - 16 * (-1 + 0.35) / 3.0)  # projected centre row of the cube
+    row = int(16 / 2 - 16 * (-1 + RADIUS) / 3.0)  # projected centre row of the cube
     assert dep[row, 8] == np.float32(3.0) and dep[0, 0] == np.float32(8.0)  # object, far wall
 
 

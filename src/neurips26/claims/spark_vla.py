@@ -244,6 +244,7 @@ def _evaluate(pred: torch.Tensor, target: torch.Tensor) -> dict[str, float]:
     err = (pred - target).norm(dim=-1)
     return {
         "success": float((err < SUCCESS_RADIUS).float().mean()),
+        "success_loose": float((err < 2 * SUCCESS_RADIUS).float().mean()),
         "err3d": float(err.mean()),
         "depth_err": float((pred[:, 2] - target[:, 2]).abs().mean()),
     }
@@ -299,9 +300,9 @@ def _run(cfg: dict, seed: int) -> SeedResult:
     base, _ = _load(cfg, seed, "backbone")
     expert, ehead = _load(cfg, seed, "expert")
     pre_s = time.perf_counter() - t0
-    train = TabletopScenes(cfg["n_train"], cfg["image_size"], seed=20_000 + seed)
-    test = TabletopScenes(cfg["n_test"], cfg["image_size"], seed=30_000 + seed)
-    probe_train = TabletopScenes(cfg["n_probe"], cfg["image_size"], seed=40_000 + seed)
+    train = TabletopScenes(cfg["n_train"], cfg["image_size"], cfg["max_objects"], seed=20_000 + seed)
+    test = TabletopScenes(cfg["n_test"], cfg["image_size"], cfg["max_objects"], seed=30_000 + seed)
+    probe_train = TabletopScenes(cfg["n_probe"], cfg["image_size"], cfg["max_objects"], seed=40_000 + seed)
     rows: dict[str, dict[str, float]] = {}
     budget, tokens, models = {}, {}, {}
     last = [f"layers.{i}.attention" for i in range(cfg["layers"] - 2, cfg["layers"])]
@@ -333,7 +334,10 @@ def _run(cfg: dict, seed: int) -> SeedResult:
             after = _probe_acc(vit.eval(), probe_train, test)
         drop[arm] = probe_before - after
     arms_eval = [a for a in rows if a not in ablations]
-    metrics = {key: {a: rows[a][key] for a in arms_eval} for key in ("success", "err3d", "depth_err")}
+    metrics = {
+        key: {a: rows[a][key] for a in arms_eval}
+        for key in ("success", "success_loose", "err3d", "depth_err")
+    }
     metrics["expert_depth_r2"] = {"expert": _expert_depth_r2(expert, ehead, test, cfg["patch"])}
     metrics["probe_drop"] = drop
     metrics["tokens_forwarded"] = {a: float(t) for a, t in tokens.items()}
@@ -378,6 +382,7 @@ def plot(result: dict, folder: Path) -> list[Path]:
 
 
 _COMMON = {
+    "max_objects": 2,
     "ablations": [],
     "ablation_seed": 0,
     "patch": 4,
@@ -510,7 +515,8 @@ CLAIM = Claim(
         "batches, steps and lr."
     ),
     differences=(
-        "Images are 16x16 (N = 16 patches) in every profile to fit the CPU budget (spec full: 32x32). The "
+        "Scenes hold 2 objects (spec 2-4) of radius 0.5 (so a far object still covers ~1.3 px at 16x16): with 2-4 "
+        "objects of radius 0.35 not even a policy on raw pixels learned the referring task in 600 steps. Images are 16x16 (N = 16 patches) in every profile to fit the CPU budget (spec full: 32x32). The "
         "expert is a same-size ViT trained on per-patch depth and point maps (not VGGT); the 'LM' is a 2-layer "
         "transformer trained from scratch. Implicit alignment aligns the layer-L/2 tokens to the expert's final "
         "tokens. Full: 600 policy steps (spec 1,000) and 400 pre-training steps; quick runs 1 seed, so its "
@@ -521,6 +527,8 @@ CLAIM = Claim(
     plot=plot,
     glossary={
         "success": "fraction of test scenes with ||a_hat - a*|| < 0.15 (normalised action units)",
+        "success_loose": "fraction of test scenes with error < 0.30 (reported only, no criterion: success at 0.15 sits "
+        "near the floor at CPU scale)",
         "err3d": "mean 3-D error of the predicted target position",
         "depth_err": "mean absolute error on the depth (z) axis of the action",
         "expert_depth_r2": "R^2 of the frozen expert's per-patch depth on test scenes against the per-position mean "

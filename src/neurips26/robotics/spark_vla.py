@@ -92,7 +92,7 @@ def TabletopScenes(
 
     Camera at the origin looking along +z (pinhole, focal ``f = S``); table plane ``y = -1`` with grid
     lines, a far wall at ``z = 8``. Each object has a centre ``x in [-1, 1]``, ``z in [2, 6]``, sits on the
-    table (radius 0.35) and has a colour/shape pair unique in its scene.
+    table (radius ``RADIUS`` = 0.5) and has a colour/shape pair unique in its scene.
 
     Returns a dict: ``rgb (n, 3, S, S)``, ``depth (n, S, S)`` (z of the front-most surface, object centre z
     on objects), ``points (n, 3, S, S)`` (back-projected camera-frame points), ``instruction (n, 3)``
@@ -134,7 +134,7 @@ def TabletopScenes(
     }
 
 
-RADIUS, WALL = 0.35, 8.0
+RADIUS, WALL = 0.5, 8.0
 
 
 def _pixel_grid(s: int) -> tuple[np.ndarray, np.ndarray]:
