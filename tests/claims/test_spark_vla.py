@@ -2,8 +2,8 @@
 
 import math
 
-from neurips26.claims.spark_vla import BASELINES, CLAIM, METHOD
 from neurips26.claims.runner import run_claim
+from neurips26.claims.spark_vla import BASELINES, CLAIM, METHOD
 
 
 def test_smoke_structure_and_determinism(tmp_path):
