@@ -1093,7 +1093,9 @@ def _specs_more() -> dict[str, Spec]:
     def gated(src, dst, t, msg, **kw):
         torch.manual_seed(0)
         backbone = regate.GraphMixerLite(5, 3, hidden=8, k=4, time_dim=4)
-        model = regate.REGATE(backbone, regate.BoundedPolicyGate(8, k_max=2, **kw), torch.nn.Linear(8, 1)).eval()
+        model = regate.REGATE(
+            backbone, regate.BoundedPolicyGate(8, k_max=2, **kw), torch.nn.Linear(8, 1)
+        ).eval()
         store = regate.TokenStore(torch.tensor([0, 0, 1, 1, 0]))
         store.add([token(entity_ids=(1,), publish_time=0.0, effective_time=0.0)])
         model.observe(src, dst, t, msg)
@@ -1115,7 +1117,9 @@ def _specs_new() -> dict[str, Spec]:
         prompts = [f"family {i % 3} item {i}" for i in range(6)]
         arms = [cr.Arm(f"c{j}", "single") for j in range(3)]
         init = {k: kw.pop(k) for k in ("k", "weighting", "temperature", "lam") if k in kw}
-        router = cr.SemanticKNNRouter(cr.HashingEmbedder(32), **{"k": 2, **init}).fit(prompts, arms, Q, C, **kw)
+        router = cr.SemanticKNNRouter(cr.HashingEmbedder(32), **{"k": 2, **init}).fit(
+            prompts, arms, Q, C, **kw
+        )
         return router.estimates("family 1 item 9"), router.route("family 1 item 9")
 
     def _cr_div(**kw):
@@ -1129,13 +1133,46 @@ def _specs_new() -> dict[str, Spec]:
     s["channel_router.SemanticKNNRouter"] = Spec(
         _cr_router,
         tensors=lambda: {"Q": _rand(6, 3), "C": _rand(6, 3) + 0.5},
-        bad={"k": (0, 7, 2.5), "lam": (-1.0, float("nan"), float("inf")), "temperature": (0.0, -1.0),
-             "weighting": ("mean",)},  # fmt: skip
+        bad={
+            "k": (0, 7, 2.5),
+            "lam": (-1.0, float("nan"), float("inf")),
+            "temperature": (0.0, -1.0),
+            "weighting": ("mean",),
+        },  # fmt: skip
     )
     s["channel_router.diversity_combining"] = Spec(
         _cr_div,
-        bad={"n": (0, -1, 2.5), "combine": ("mean",), "weights": ("softmax",), "channels": ([], [None]),
-             "task": ("plain string",), "rng": (0,), "weight_temperature": (0.0, float("nan"))},  # fmt: skip
+        bad={
+            "n": (0, -1, 2.5),
+            "combine": ("mean",),
+            "weights": ("softmax",),
+            "channels": ([], [None]),
+            "task": ("plain string",),
+            "rng": (0,),
+            "weight_temperature": (0.0, float("nan")),
+        },  # fmt: skip
+    )
+
+    from neurips26.agents import cot_pathology as cotp
+
+    def _cotp_ref():
+        seqs = [[0, 1, 2, -1], [0, 2, 1, -1], [1, 2, -1]] * 3
+        return cotp.LatentStateModel.from_sequences(seqs, 3, uncertainties=[[1.0] * len(q) for q in seqs])
+
+    s["cot_pathology.Pathology"] = Spec(
+        lambda **kw: cotp.Pathology.parse(kw.get("value", "looping")),
+        bad={"value": ("nope", 3, None)},
+        aliases={"value": ("pathology",)},
+    )
+    s["cot_pathology.detect_all"] = Spec(
+        lambda states, uncertainty, **kw: cotp.detect_all(
+            cotp.Trajectory(states, uncertainty, answers=(None,) * 5 + ("7",)),
+            kw.pop("ref", _cotp_ref()),
+            **kw,
+        ),
+        tensors=lambda: {"states": torch.tensor([0, 1, 2, 1, 2, -1]), "uncertainty": _rand(6)},
+        bad={"ref": (None, cotp.LatentStateModel(n_states=2)), "config": ("x", 3), "verifier": (3, "yes")},
+        aliases={"states": ("uncertainty", "answers"), "uncertainty": ("answers",)},
     )
 
     # ------------------------------------------------------------------ vision
@@ -1153,8 +1190,12 @@ def _specs_new() -> dict[str, Spec]:
     s["ahpa.HierarchicalFeatureExtractor"] = Spec(
         _ahpa_extract,
         tensors=lambda: {"x": _randn(2, 1, 16, 16)},
-        bad={"token_grid": ((3, 3), (0, 4), "4x4"), "resample": ("max",), "global_level": ("yes",),
-             "layer_names": ((), ("nope",))},  # fmt: skip
+        bad={
+            "token_grid": ((3, 3), (0, 4), "4x4"),
+            "resample": ("max",),
+            "global_level": ("yes",),
+            "layer_names": ((), ("nope",)),
+        },  # fmt: skip
     )
 
     # ------------------------------------------------------------------ robotics

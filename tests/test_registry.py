@@ -82,9 +82,6 @@ def test_implemented_method_conforms(info):
 
 # Methods whose module is being reworked by another open change; their docstrings follow when it lands.
 DOCSTRING_PENDING = {
-    "adakvq": "inference/adakvq is being split into a package by another change (issue 21)",
-    "fedrevive": "federated/fedrevive is being split by another change (issue 21)",
-    "cot_pathology": "agents/cot_pathology is being edited by another change",
     "skim": "agents/skim is being edited by another change",
 }
 IMPLEMENTED = [m for m in METHODS if status(m.slug)[0] == "implemented"]

@@ -21,15 +21,13 @@ from torch import nn
 from neurips26.federated.asap import make_attack
 from neurips26.federated.faults import InjectedCrash, crashing_client, nonfinite_client, split_failed
 from neurips26.federated.fedrevive import ClientSpeedModel, FedBuff, FedRevive, SyncFedAvg
+from neurips26.federated.fedrevive.flower import AsyncFedAvg, GridTransport, run_async
 from neurips26.federated.flower import (
-    AsyncFedAvg,
     ClientSetup,
-    GridTransport,
     LocalGrid,
     RobustFedAvg,
     local_identity,
     make_client_app,
-    run_async,
     run_rounds,
 )
 from neurips26.federated.flower_defences import DEFENCES, make_defence

@@ -360,7 +360,7 @@ def contrastive_align(
     gen = torch.Generator().manual_seed(seed)
     device = next(model.parameters()).device
     hist: dict[str, list[float]] = {"infonce": [], "keep": [], "paired_cos": []}
-    from neurips26.editing.editors import _batch
+    from neurips26.editing.editors.requests import _batch
 
     def keys_of(reqs):
         ids, mask = _batch([r.prompt_ids for r in reqs])

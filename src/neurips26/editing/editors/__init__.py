@@ -59,10 +59,6 @@ from neurips26.editing.editors.covariance import estimate_key_moment
 from neurips26.editing.editors.memit import memit_multilayer, memit_update
 from neurips26.editing.editors.metrics import edit_metrics, top1_next_tokens
 from neurips26.editing.editors.requests import EditRequest, TokenizedRequest, tokenize_request
-
-# Private, kept importable for neurips26.editing.crosslingual_edit (imports it from here); the
-# helper itself lives in .requests.
-from neurips26.editing.editors.requests import _batch as _batch
 from neurips26.editing.editors.rome import rome_update
 from neurips26.editing.editors.site import EditSite, compute_keys, compute_target_values
 from neurips26.editing.editors.update import EditUpdate, UndoHandle, apply_update

@@ -22,7 +22,7 @@ from torch import nn
 from torch_geometric.data import Data
 
 from neurips26.common.checks import check_float, check_int
-from neurips26.graph.invgnn_wm.training import _graph_batches, _is_graph_data, fit
+from neurips26.common.gnn import _graph_batches, _is_graph_data, fit
 
 
 def _weight_tensors(model: nn.Module) -> list[tuple[nn.Module, str]]:

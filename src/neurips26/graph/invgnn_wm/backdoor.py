@@ -24,8 +24,8 @@ from torch import Tensor, nn
 from torch_geometric.data import Batch, Data
 
 from neurips26.common.checks import check_float, check_int
+from neurips26.common.gnn import _is_graph_data, fit
 from neurips26.graph.invgnn_wm.carriers import GaussianFeatureSampler, _nx_to_edge_index
-from neurips26.graph.invgnn_wm.training import _is_graph_data, fit
 from neurips26.graph.invgnn_wm.verify import Verification, _verification
 
 

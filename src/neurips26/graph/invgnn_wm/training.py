@@ -12,8 +12,6 @@ Shapes
 - graph task: ``(x [N, F], edge_index [2, E], batch [N]) -> [B, C]``.
 """
 
-from neurips26.common.gnn import _graph_batches as _graph_batches
-from neurips26.common.gnn import _is_graph_data as _is_graph_data
 from neurips26.common.gnn import accuracy, fit, make_gnn
 
 __all__ = ["make_gnn", "fit", "accuracy"]

@@ -37,7 +37,6 @@ from neurips26.inference.quant import (
     KIVICache,
     QuantizedKVCacheMixin,
     QuantizedTensor,
-    _measured,
     check_kv_states,
     held_bytes_report,
     pack_bits,
@@ -45,6 +44,7 @@ from neurips26.inference.quant import (
     text_config,
     unpack_bits,
 )
+from neurips26.inference.quant.memory import _measured
 
 
 class ADKVLayer(BaseQuantizedLayer):

@@ -63,7 +63,6 @@ from neurips26.inference.quant.memory import MEMORY_CATEGORIES, held_bytes_repor
 
 # Private, kept importable for neurips26.inference.adkv.cache (imports it from here); the helper
 # itself lives in .memory.
-from neurips26.inference.quant.memory import _measured as _measured
 from neurips26.inference.quant.packing import (
     FULL_PRECISION_BITS,
     SUPPORTED_BITS,
