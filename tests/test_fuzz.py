@@ -1198,7 +1198,64 @@ def _specs_new() -> dict[str, Spec]:
         },  # fmt: skip
     )
 
+    def _radomni(make):
+        def call(ncct, cect=None, **kw):
+            from neurips26.vision import radomni
+
+            torch.manual_seed(0)
+            enc = radomni.NCCTViT(16, 8, 16, 1, 2)
+            obj = make(radomni, enc, **kw)
+            batch = {"ncct": ncct} if cect is None else {"ncct": ncct, "cect": cect}
+            return obj(batch, enc)
+
+        return call
+
+    s["radomni.MaskedImageModeling"] = Spec(
+        _radomni(lambda m, enc, **kw: m.MaskedImageModeling(enc, decoder_dim=8, **kw)),
+        tensors=lambda: {"ncct": _rand(2, 1, 16, 16)},
+        bad={"mask_ratio": (-0.1, 1.0, float("nan")), "decoder_depth": BAD_INT_POS},
+    )
+    s["radomni.CrossPhaseTransfer"] = Spec(
+        _radomni(
+            lambda m, enc, **kw: m.CrossPhaseTransfer(
+                enc, teacher=m.NCCTViT(16, 8, 16, 1, 2), decoder_dim=8, **kw
+            )
+        ),
+        tensors=lambda: {"ncct": _rand(2, 1, 16, 16), "cect": _rand(2, 1, 16, 16, seed=1)},
+        bad={
+            "mask_ratio": (-0.1, 1.0, float("nan")),
+            "recon_weight": (-1.0, float("nan")),
+            "align_weight": (-1.0, float("nan")),
+            "teacher": ("teacher",),
+        },  # fmt: skip
+    )
+
     # ------------------------------------------------------------------ robotics
+    def _spark_branch(r=4):
+        from peft import LoraConfig
+
+        from neurips26.robotics import spark_vla
+
+        cfg = LoraConfig(r=r, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj"])
+        return spark_vla.SpatialLoRABranch(spark_vla.build_vit(16, 4, 32, 2, 4), cfg, ["layers.1.attention"])
+
+    def _spark_recorder(**kw):
+        from neurips26.robotics import spark_vla
+
+        return spark_vla.AttentionRecorder(
+            **{"model": spark_vla.build_vit(16, 4, 32, 2, 4), "layer_names": ["layers.0.attention"], **kw}
+        )
+
+    s["spark_vla.SpatialLoRABranch"] = Spec(
+        lambda images, **kw: _spark_branch(**kw)(images),
+        tensors=lambda: {"images": _rand(2, 3, 16, 16)},
+        bad={"r": (0, -1, 2.5)},
+        aliases={"r": ("lora_config.r", "rank")},
+    )
+    s["spark_vla.AttentionRecorder"] = Spec(
+        _spark_recorder, bad={"layer_names": ((), ("layers.9.attention",)), "model": ("not a module",)}
+    )
+
     def recpo_view(obs):
         from neurips26.robotics import recpo
 
