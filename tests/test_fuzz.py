@@ -1175,6 +1175,40 @@ def _specs_new() -> dict[str, Spec]:
         aliases={"states": ("uncertainty", "answers"), "uncertainty": ("answers",)},
     )
 
+    import neurips26.agents.skim as skim
+
+    def _skim_stats(d_in=6):
+        st = skim.RoleStats.zeros(d_in)
+        st.add(_randn(24, d_in, seed=3), torch.arange(24) % 3)
+        return st
+
+    def _skim_lm():
+        from neurips26.common.models import build_tiny_lm
+
+        return build_tiny_lm("llama", vocab_size=16, seed=0, hidden_size=16, intermediate_size=32)
+
+    s["skim.TokenRole"] = Spec(
+        lambda **kw: skim.TokenRole(**{"value": 1, **kw}),
+        bad={"value": (5, -1, "decision", 1.5)},
+        aliases={"value": ("TokenRole",)},
+    )
+    s["skim.skim_saliency"] = Spec(
+        lambda weight, **kw: skim.skim_saliency(weight, _skim_stats(), **kw),
+        tensors=lambda: {"weight": _randn(4, 6)},
+        bad={"role_weights": ({"decisoin": 1.0}, {"decision": -1.0}, {"format": float("nan")}, [1.0])},
+    )
+    s["skim.prune_model"] = Spec(
+        lambda **kw: skim.prune_model(_skim_lm(), None, **{"sparsity": 0.5, "method": "magnitude", **kw}),
+        bad={
+            "sparsity": (-0.1, 1.0, 1.5, float("nan"), "0.5"),
+            "method": ("sparsegpt", 3),
+            "pattern": ("3:4", 2),
+            "role_weights": ({"decisoin": 1.0},),
+            "modules": (["lm_head_missing"],),
+        },
+        aliases={"modules": ("module",)},
+    )
+
     # ------------------------------------------------------------------ vision
     ahpa_levels = ("down_blocks.0.resnets.0", "down_blocks.0", "down_blocks.1", "mid_block")
 

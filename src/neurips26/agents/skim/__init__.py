@@ -1,7 +1,14 @@
 """SKIM: token-role-aware saliency pruning and valid-token on-policy distillation for constrained agents.
 
-Implements the method of the NeurIPS 2026 submission whose abstract begins "Large Language Model (LLM)
-agents are" (seed 000_f8b4140a0e3b5d84; the full paper was not public): when an agent decodes under a
+Paper
+-----
+SKIM (seed ``000_f8b4140a0e3b5d84.txt``, abstract beginning "Large Language Model (LLM) agents are");
+only the abstract is public, so the mechanics follow the spec's reconstruction (``../shared/specs/skim.md``)
+and are inferred where the abstract is silent.
+
+Method
+------
+When an agent decodes under a
 grammar (a JSON schema for tool calls), most output positions are forced and only a few choose the
 action. SKIM labels every prediction position as *context* (reading the prompt), *decision* (the grammar
 leaves a choice) or *format* (forced), prunes with role-weighted Wanda-style saliency so the weights
