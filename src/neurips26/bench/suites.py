@@ -192,7 +192,7 @@ def _prefill_setup(case: dict[str, Any], seed: int):
 def _composed_cases(quick: bool) -> list[dict[str, Any]]:
     return [
         {"model": "smollm2-135m", "tokens": n, "new_tokens": 8}
-        for n in ((1024,) if quick else (1024, 2048, 4096))
+        for n in ((512,) if quick else (512, 1024, 2048, 4096))
     ]
 
 
