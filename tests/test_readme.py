@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from neurips26.readme import END, START, render
+from neurips26.readme import END, PERF_END, PERF_START, START, performance_table, render
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -30,3 +30,23 @@ def test_readme_usage_avoids_deprecated_generate_argument():
     # transformers 5.24 deprecates generate(past_key_values=...) in favour of cache= (issue 23)
     text = (ROOT / "README.md").read_text()
     assert "past_key_values=" not in text and "generate(..., cache=" in text
+
+
+def test_performance_table_shows_targets_hit_missed_and_not_run(tmp_path):
+    import json
+
+    rows = [{"threads": 1, "case": {"n": n}, "timing": {}, "ratio": {"ref": 1.0, "m": r}, "extra": {}}
+            for n, r in ((1, 0.5), (2, 3.0))]  # fmt: skip
+    base = {"title": "t", "reference": "ref", "x": "n", "rows": rows}
+    for name, quick, target in (("a", False, {"max_ratio": 2.0, "n": 2, "measured": 3.0, "met": False}),
+                                ("b", True, {"max_ratio": 2.0, "n": 9, "measured": None, "met": None})):  # fmt: skip
+        (tmp_path / f"{name}.json").write_text(
+            json.dumps({**base, "name": name, "quick": quick, "targets": {"m": target}})
+        )
+    table = performance_table(tmp_path)
+    assert "| a | full | m | <= 2.0x at n = 2 | 3.00x | missed |" in table
+    assert "| b | quick | m | <= 2.0x at n = 9 | - | not in this run |" in table
+    assert "| a | full | n=2 | m 3.00x (vs ref) |" in table
+    assert "No benchmark results" in performance_table(tmp_path / "none")
+    text = f"x\n{START}\n{END}\n{PERF_START}\nold\n{PERF_END}\ny"
+    assert "missed" in render(text, tmp_path / "full", bench_dir=tmp_path)
