@@ -29,7 +29,6 @@ from neurips26.claims.base import AtLeast, AtMost, Better, Claim, Exact, Headlin
 from neurips26.claims.plotting import pyplot, save_figure
 from neurips26.common.cache import cached_object
 from neurips26.common.precision import MuonAtPrecision
-from neurips26.common.threads import torch_threads
 from neurips26.optim.accelegrad_sharp import AcceleGrad, AcceleGradSharp, muon_with_adamw
 
 METHOD = "accelegrad_sharp"
@@ -377,8 +376,7 @@ def _sweep(task: str, config: dict, data) -> dict[str, float]:
 
 
 def run(config: dict[str, Any], seed: int) -> SeedResult:
-    with torch_threads(config["threads"]):  # small models: one thread is faster on a shared CPU
-        return _run(config, seed)
+    return _run(config, seed)
 
 
 def _run(config: dict[str, Any], seed: int) -> SeedResult:

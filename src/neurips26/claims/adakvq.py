@@ -31,7 +31,6 @@ import torch
 from neurips26.claims.base import AtLeast, Better, Claim, Headline, SeedResult, Within
 from neurips26.claims.plotting import pyplot, save_figure
 from neurips26.common import ruler
-from neurips26.common.threads import torch_threads
 from neurips26.inference.adakvq import (
     AADTracker,
     AdaKVQCache,
@@ -141,8 +140,7 @@ class _Replay:
 
 
 def _run(config: dict[str, Any], seed: int) -> SeedResult:
-    with torch_threads(config.get("threads", 2)):
-        return _run_threads(config, seed)
+    return _run_threads(config, seed)
 
 
 def _run_threads(config: dict[str, Any], seed: int) -> SeedResult:

@@ -27,6 +27,7 @@ import torch
 from neurips26.claims.base import AtLeast, AtMost, Better, Claim, Exact, Headline, RatioAtLeast, SeedResult
 from neurips26.claims.plotting import pyplot, save_figure
 from neurips26.common.distributed import Communicator, ThreadGroup, free_port
+from neurips26.common.threads import torch_threads
 from neurips26.distributed.adera import (
     DEFAULT_CODECS,
     AdERAConfig,
@@ -205,15 +206,11 @@ def _run_threads(config: dict, seed: int, data: torch.Tensor) -> dict[str, Any]:
             groups[0]._shared.barrier.abort()
 
     threads = [threading.Thread(target=work, args=(r,)) for r in range(world)]
-    n_threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with torch_threads(config["threads_rank"]):  # intra-op threads per virtual rank
         for t in threads:
             t.start()
         for t in threads:
             t.join()
-    finally:
-        torch.set_num_threads(n_threads)
     if errors:
         raise errors[0]
     return results[0]
@@ -222,7 +219,7 @@ def _run_threads(config: dict, seed: int, data: torch.Tensor) -> dict[str, Any]:
 def _gloo_worker(rank: int, world: int, port: int, config: dict, seed: int, path: str) -> None:
     import torch.distributed as dist
 
-    torch.set_num_threads(1)
+    torch.set_num_threads(config["threads_rank"])  # a spawned process: its own thread setting
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     dist.init_process_group("gloo", rank=rank, world_size=world)
@@ -252,51 +249,46 @@ def _run_gloo(config: dict, seed: int, data: torch.Tensor) -> dict[str, Any]:
 # codec benchmark and simulator projections
 # ---------------------------------------------------------------------------------------------
 def _bench_codec(numel: int, change_rate: float, seed: int, repeats: int = 40) -> dict[str, float]:
-    """Best-of-``repeats`` encode+decode time of one bf16 shard vs ``tensor.clone()`` (1 thread)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        g = torch.Generator().manual_seed(seed)
-        w = torch.randn(numel, generator=g) * 0.02
-        old = w.to(torch.bfloat16)
-        cache = exponents(old).clone()
-        flip = torch.rand(numel, generator=g) < change_rate
-        x = torch.where(flip, w * 2.0, w).to(torch.bfloat16)
+    """Best-of-``repeats`` encode+decode time of one bf16 shard vs ``tensor.clone()`` (caller's threads)."""
+    g = torch.Generator().manual_seed(seed)
+    w = torch.randn(numel, generator=g) * 0.02
+    old = w.to(torch.bfloat16)
+    cache = exponents(old).clone()
+    flip = torch.rand(numel, generator=g) < change_rate
+    x = torch.where(flip, w * 2.0, w).to(torch.bfloat16)
 
-        def best(fn) -> float:
+    def best(fn) -> float:
+        fn()
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
             fn()
-            times = []
-            for _ in range(repeats):
-                t0 = time.perf_counter()
-                fn()
-                times.append(time.perf_counter() - t0)
-            return min(times)
+            times.append(time.perf_counter() - t0)
+        return min(times)
 
-        t_clone = best(lambda: x.clone())
-        payload = encode_shard(x, cache)
-        t_enc = best(lambda: encode_shard(x, cache))
-        scratch = cache.clone()
+    t_clone = best(lambda: x.clone())
+    payload = encode_shard(x, cache)
+    t_enc = best(lambda: encode_shard(x, cache))
+    scratch = cache.clone()
 
-        def dec() -> None:
-            scratch.copy_(cache)
-            decode_payload(payload, scratch)
+    def dec() -> None:
+        scratch.copy_(cache)
+        decode_payload(payload, scratch)
 
-        t_copy = best(lambda: scratch.copy_(cache))
-        t_dec = max(best(dec) - t_copy, 1e-9)
-        nbytes = x.numel() * x.element_size()
-        return {
-            "numel": numel,
-            "change_rate": change_rate,
-            "mode": payload.mode,
-            "clone_GBps": nbytes / t_clone / 1e9,
-            "encode_GBps": nbytes / t_enc / 1e9,
-            "decode_GBps": nbytes / t_dec / 1e9,
-            "encode_decode_GBps": nbytes / (t_enc + t_dec) / 1e9,
-            "codec_over_clone": t_clone / (t_enc + t_dec),
-            "torch_threads": 1,
-        }
-    finally:
-        torch.set_num_threads(threads)
+    t_copy = best(lambda: scratch.copy_(cache))
+    t_dec = max(best(dec) - t_copy, 1e-9)
+    nbytes = x.numel() * x.element_size()
+    return {
+        "numel": numel,
+        "change_rate": change_rate,
+        "mode": payload.mode,
+        "clone_GBps": nbytes / t_clone / 1e9,
+        "encode_GBps": nbytes / t_enc / 1e9,
+        "decode_GBps": nbytes / t_dec / 1e9,
+        "encode_decode_GBps": nbytes / (t_enc + t_dec) / 1e9,
+        "codec_over_clone": t_clone / (t_enc + t_dec),
+        "torch_threads": torch.get_num_threads(),
+    }
 
 
 def _projections(change_rate: float, zlib_ratio: float, int8_ratio: float) -> dict[str, Any]:
@@ -362,7 +354,10 @@ def _run(config: dict, seed: int) -> SeedResult:
     metrics["exponent_change_rate"] = {arm: post_rate for arm in ARMS}
     iter_s = {arm: res[arm]["iter_s"] for arm in ARMS}
     bench_rate = post_rate if rates else 0.01
-    bench = {f"numel_{n}": _bench_codec(n, bench_rate, seed) for n in sorted({2**16, config["bench_numel"]})}
+    with torch_threads(config["threads_bench"]):  # codec throughput is reported per thread count
+        bench = {
+            f"numel_{n}": _bench_codec(n, bench_rate, seed) for n in sorted({2**16, config["bench_numel"]})
+        }
     proj = _projections(
         post_rate if rates else 0.01,
         metrics["compression_ratio"]["zlib"],
@@ -422,7 +417,19 @@ def _plot(result: dict, folder: Any) -> list[Path]:
     return paths
 
 
-_BASE = dict(vocab=256, world=2, lr=1e-3, warmup_rate=0.02, chunks=4, bench_numel=2**20)
+# threads: the run's intra-op threads; threads_rank: per rank (virtual-rank threads, gloo processes);
+# threads_bench: the codec throughput benchmark
+_BASE = dict(
+    vocab=256,
+    world=2,
+    lr=1e-3,
+    warmup_rate=0.02,
+    chunks=4,
+    bench_numel=2**20,
+    threads=1,
+    threads_rank=1,
+    threads_bench=1,
+)
 
 CLAIM = Claim(
     slug="adera",

@@ -119,52 +119,50 @@ def _decode_benchmark(
 
 def _run(config: dict[str, Any], seed: int) -> SeedResult:
     from neurips26.common import ruler
-    from neurips26.common.threads import torch_threads
 
-    with torch_threads(config.get("threads", 2)):
-        start = time.perf_counter()
-        if config["model"] == "tiny":
-            model, tok = _tiny()
-        else:
-            from neurips26.common.models import load_pretrained
+    start = time.perf_counter()
+    if config["model"] == "tiny":
+        model, tok = _tiny()
+    else:
+        from neurips26.common.models import load_pretrained
 
-            model, tok = load_pretrained(config["model"])
-        load_s = time.perf_counter() - start
-        template = config.get("template", "chat")
-        length, n = config["length"], config["n_per_task"]
-        items = [
-            it for t in config["tasks"] for it in ruler.generate(t, tok, length, n, seed, template=template)
-        ]
-        bits = config["bits"]
-        calib_start = time.perf_counter()
-        batches = _calib_batches(tok, model, config, seed)
-        calib = {
-            "steps": config["calib_steps"],
-            "lr": config["calib_lr"],
-            "bptt": config["bptt"],
-            "batch_size": config["calib_seqs"],
-            "n_query": config["n_query"],
-            "seed": seed,
-        }
-        params = calibrate_adkv(model, batches, ADKVConfig(bits=bits), **calib)
-        calib_s = time.perf_counter() - calib_start
-        n_layers = model.config.num_hidden_layers
+        model, tok = load_pretrained(config["model"])
+    load_s = time.perf_counter() - start
+    template = config.get("template", "chat")
+    length, n = config["length"], config["n_per_task"]
+    items = [
+        it for t in config["tasks"] for it in ruler.generate(t, tok, length, n, seed, template=template)
+    ]
+    bits = config["bits"]
+    calib_start = time.perf_counter()
+    batches = _calib_batches(tok, model, config, seed)
+    calib = {
+        "steps": config["calib_steps"],
+        "lr": config["calib_lr"],
+        "bptt": config["bptt"],
+        "batch_size": config["calib_seqs"],
+        "n_query": config["n_query"],
+        "seed": seed,
+    }
+    params = calibrate_adkv(model, batches, ADKVConfig(bits=bits), **calib)
+    calib_s = time.perf_counter() - calib_start
+    n_layers = model.config.num_hidden_layers
 
-        def inspect(arm: str, cache) -> dict[str, float]:
-            mem = _memory(cache, n_layers)
-            return {**mem, "tokens": float(cache.get_seq_length())}
+    def inspect(arm: str, cache) -> dict[str, float]:
+        mem = _memory(cache, n_layers)
+        return {**mem, "tokens": float(cache.get_seq_length())}
 
-        eval_start = time.perf_counter()
-        rows = ruler.compare_caches(
-            model, tok, items, lambda: make_caches(model.config, params, bits, config["kivi_residual"]),
-            batch_size=config["batch_size"], inspect=inspect,
-        )  # fmt: skip
-        eval_s = time.perf_counter() - eval_start
-        bench = None
-        if config.get("benchmark") and seed == 0:
-            bench = _decode_benchmark(
-                model, params, config, tuple(config["bench_contexts"]), config["bench_steps"]
-            )
+    eval_start = time.perf_counter()
+    rows = ruler.compare_caches(
+        model, tok, items, lambda: make_caches(model.config, params, bits, config["kivi_residual"]),
+        batch_size=config["batch_size"], inspect=inspect,
+    )  # fmt: skip
+    eval_s = time.perf_counter() - eval_start
+    bench = None
+    if config.get("benchmark") and seed == 0:
+        bench = _decode_benchmark(
+            model, params, config, tuple(config["bench_contexts"]), config["bench_steps"]
+        )
     arms = (METHOD, *BASELINES_AND_REFS)
 
     def mean(arm: str, key: str, task: str | None = None) -> float:

@@ -43,7 +43,6 @@ from neurips26.claims.rewardflow import (
     run_arm,
 )
 from neurips26.common.models import count_parameters
-from neurips26.common.threads import torch_threads
 from neurips26.rl.aem import AEMConfig, aem_advantages, bandit_entropy_check, response_surprisal
 
 METHOD = "grpo_aem"
@@ -87,8 +86,7 @@ def _arm(arm: str, setup, config, seed):
 
 def run(config: dict[str, Any], seed: int) -> SeedResult:
     """One seed of the AEM claim check (see the module docstring)."""
-    with torch_threads(config.get("threads", 1)):
-        return _run(config, seed)
+    return _run(config, seed)
 
 
 def _run(config: dict[str, Any], seed: int) -> SeedResult:
@@ -99,7 +97,7 @@ def _run(config: dict[str, Any], seed: int) -> SeedResult:
     bc_eval = _evaluate(setup["bc"], setup, config, seed)
     arms = config["arms"]
     jobs = [lambda arm=arm: _arm(arm, setup, config, seed) for arm in arms]
-    results = dict(zip(arms, _arm_jobs(jobs, config.get("workers", 1))))
+    results = dict(zip(arms, _arm_jobs(jobs, config.get("workers", 1), config["threads"])))
     metric_names = ("train_success", "heldout_success", "heldout_greedy")
     metrics: dict[str, dict[str, float]] = {k: {"bc": bc_eval[k]} for k in metric_names}
     metrics.update({k: {} for k in ("curve_area", "mean_entropy", "final_entropy", "drift_sign_agreement")})

@@ -30,7 +30,6 @@ from neurips26.claims.plotting import pyplot, save_figure
 from neurips26.common.cache import cached_object
 from neurips26.common.datasets import load_digits
 from neurips26.common.models import count_parameters
-from neurips26.common.threads import torch_threads
 from neurips26.vision.ahpa import (
     AHPAAlignmentLoss,
     HierarchicalFeatureExtractor,
@@ -334,8 +333,7 @@ def _prepare_uncached(cfg: dict) -> dict[str, Any]:
 
 def run(config: dict[str, Any], seed: int) -> SeedResult:
     """One seed: prepare the frozen parts (cached), train every arm at the same budget, evaluate."""
-    with torch_threads(config.get("threads", 1)):
-        return _run(config, seed)
+    return _run(config, seed)
 
 
 def _run(cfg: dict, seed: int) -> SeedResult:

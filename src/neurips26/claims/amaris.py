@@ -21,7 +21,6 @@ import torch
 from neurips26.claims.base import AtLeast, AtMost, Better, Claim, Headline, SeedResult, sweep_record
 from neurips26.claims.plotting import pyplot, save_figure
 from neurips26.common.models import BOS_ID, EOS_ID, build_tiny_lm
-from neurips26.common.threads import torch_threads
 from neurips26.common.training import collate, load_checkpoint, train_or_load
 from neurips26.editing.amaris import (
     AmarisConfig,
@@ -122,51 +121,50 @@ def _frontier(points):
 def _run(config: dict, seed: int) -> SeedResult:
     cfg = config
     start = time.perf_counter()
-    with torch_threads(cfg.get("threads", 1)):
-        base, spec, hist = _models(cfg)
-        core_eval = _dataset(("copy", "reverse"), cfg["n_eval"], 100 + seed, cfg["digits"])
-        spec_eval = _dataset(("spec",), cfg["n_eval"], 200 + seed, cfg["digits"])
-        acc = {name: (_accuracy(m, core_eval), _accuracy(m, spec_eval)) for name, m in (("base", base), ("specialist", spec))}
-        base_sd, spec_sd = base.state_dict(), spec.state_dict()
-        keys = [k for k in base_sd if ".layers." in k and base_sd[k].dim() == 2]
-        modules = [k[: -len(".weight")] for k in keys]
-        calib = lambda tasks, s: [  # noqa: E731
-            {k: v for k, v in collate(_dataset(tasks, cfg["n_calib"], s, cfg["digits"]), 0).items() if k != "labels"}]
+    base, spec, hist = _models(cfg)
+    core_eval = _dataset(("copy", "reverse"), cfg["n_eval"], 100 + seed, cfg["digits"])
+    spec_eval = _dataset(("spec",), cfg["n_eval"], 200 + seed, cfg["digits"])
+    acc = {name: (_accuracy(m, core_eval), _accuracy(m, spec_eval)) for name, m in (("base", base), ("specialist", spec))}
+    base_sd, spec_sd = base.state_dict(), spec.state_dict()
+    keys = [k for k in base_sd if ".layers." in k and base_sd[k].dim() == 2]
+    modules = [k[: -len(".weight")] for k in keys]
+    calib = lambda tasks, s: [  # noqa: E731
+        {k: v for k, v in collate(_dataset(tasks, cfg["n_calib"], s, cfg["digits"]), 0).items() if k != "labels"}]
+    t0 = time.perf_counter()
+    ms = collect_activation_moments(base, calib(("spec",), 300 + seed), modules)
+    mb = collect_activation_moments(base, calib(("copy", "reverse"), 400 + seed), modules)
+    calib_s = time.perf_counter() - t0
+    grids = {
+        "task_arithmetic": [{"alpha": a} for a in cfg["alphas"]],
+        "ties": [{"density": d, "alpha": a} for d in cfg["densities"] for a in cfg["merge_alphas"]],
+        "dare": [{"drop_p": p, "alpha": a} for p in cfg["drops"] for a in cfg["merge_alphas"]],
+        METHOD: [{"budget": b} for b in cfg["budgets"]],
+    }
+    points: dict[str, list[tuple[float, float]]] = {}
+    times: dict[str, float] = {}
+    model = load_checkpoint(hist["base"]["folder"])
+    for arm, grid in grids.items():
+        points[arm] = []
         t0 = time.perf_counter()
-        ms = collect_activation_moments(base, calib(("spec",), 300 + seed), modules)
-        mb = collect_activation_moments(base, calib(("copy", "reverse"), 400 + seed), modules)
-        calib_s = time.perf_counter() - t0
-        grids = {
-            "task_arithmetic": [{"alpha": a} for a in cfg["alphas"]],
-            "ties": [{"density": d, "alpha": a} for d in cfg["densities"] for a in cfg["merge_alphas"]],
-            "dare": [{"drop_p": p, "alpha": a} for p in cfg["drops"] for a in cfg["merge_alphas"]],
-            METHOD: [{"budget": b} for b in cfg["budgets"]],
-        }
-        points: dict[str, list[tuple[float, float]]] = {}
-        times: dict[str, float] = {}
-        model = load_checkpoint(hist["base"]["folder"])
-        for arm, grid in grids.items():
-            points[arm] = []
-            t0 = time.perf_counter()
-            for hp in grid:
-                if arm == "task_arithmetic":
-                    sd = task_arithmetic_merge(base_sd, [spec_sd], [hp["alpha"]], keys=keys)
-                elif arm == "ties":
-                    sd = ties_merge(base_sd, [spec_sd], hp["density"], hp["alpha"], keys=keys)
-                elif arm == "dare":
-                    reps = []
-                    for s in range(cfg["dare_masks"]):
-                        model.load_state_dict(dare_merge(base_sd, [spec_sd], hp["drop_p"], hp["alpha"], seed=1000 * seed + s, keys=keys))
-                        reps.append((_accuracy(model, spec_eval), _accuracy(model, core_eval)))
-                    a_s, a_c = np.mean([r[0] for r in reps]), np.mean([r[1] for r in reps])
-                    points[arm].append((float(a_s) / max(acc["specialist"][1], 1e-9), float(a_c) / max(acc["base"][0], 1e-9)))
-                    continue
-                else:
-                    sd, _ = amaris_merge(base_sd, spec_sd, ms, mb, AmarisConfig(budget=hp["budget"], max_rank_frac=cfg["max_rank_frac"]))
-                model.load_state_dict(sd)
-                points[arm].append((_accuracy(model, spec_eval) / max(acc["specialist"][1], 1e-9),
-                                    _accuracy(model, core_eval) / max(acc["base"][0], 1e-9)))
-            times[arm] = (time.perf_counter() - t0) / len(grid)
+        for hp in grid:
+            if arm == "task_arithmetic":
+                sd = task_arithmetic_merge(base_sd, [spec_sd], [hp["alpha"]], keys=keys)
+            elif arm == "ties":
+                sd = ties_merge(base_sd, [spec_sd], hp["density"], hp["alpha"], keys=keys)
+            elif arm == "dare":
+                reps = []
+                for s in range(cfg["dare_masks"]):
+                    model.load_state_dict(dare_merge(base_sd, [spec_sd], hp["drop_p"], hp["alpha"], seed=1000 * seed + s, keys=keys))
+                    reps.append((_accuracy(model, spec_eval), _accuracy(model, core_eval)))
+                a_s, a_c = np.mean([r[0] for r in reps]), np.mean([r[1] for r in reps])
+                points[arm].append((float(a_s) / max(acc["specialist"][1], 1e-9), float(a_c) / max(acc["base"][0], 1e-9)))
+                continue
+            else:
+                sd, _ = amaris_merge(base_sd, spec_sd, ms, mb, AmarisConfig(budget=hp["budget"], max_rank_frac=cfg["max_rank_frac"]))
+            model.load_state_dict(sd)
+            points[arm].append((_accuracy(model, spec_eval) / max(acc["specialist"][1], 1e-9),
+                                _accuracy(model, core_eval) / max(acc["base"][0], 1e-9)))
+        times[arm] = (time.perf_counter() - t0) / len(grid)
 
     metrics: dict[str, dict[str, float]] = {k: {} for k in ("hypervolume", "core_at_spec90", "acc_core", "acc_spec",
                                                             "core_retention", "spec_retention_max")}

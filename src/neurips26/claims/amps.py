@@ -23,7 +23,6 @@ from neurips26.claims.base import AtLeast, Better, Claim, Headline, SeedResult, 
 from neurips26.claims.plotting import pyplot, save_figure
 from neurips26.common.models import EOS_ID, build_tiny_lm
 from neurips26.common.seeding import seed_everything
-from neurips26.common.threads import torch_threads
 from neurips26.editing.amps import (
     ActivationSteerer,
     amps_scale,
@@ -157,67 +156,66 @@ def _score(first, second, batch) -> dict[str, float]:
 def _run(config: dict, seed: int) -> SeedResult:
     cfg = config
     start = time.perf_counter()
-    with torch_threads(cfg.get("threads", 1)):
-        seed_everything(seed)
-        train = _world(cfg["n_train"], 10 * seed + 1, 0.5)
-        model = TinyMLLM(cfg["hidden"], cfg["layers"], seed)
-        t0 = time.perf_counter()
-        losses = _train(model, train, cfg["steps"], seed)
-        train_s = time.perf_counter() - t0
-        calib = _world(cfg["n_calib"], 10 * seed + 2, 1.0)
-        test = _world(cfg["n_eval"], 10 * seed + 3, 1.0)
-        cons = _world(cfg["n_eval"], 10 * seed + 4, 0.0)
-        layer = cfg["layer"]
-        # steering vector: last prompt token at the steered block, image-following minus text-following
-        with torch.no_grad():
-            emb, mask, _ = model.embed(calib)
-            hs = model.lm(inputs_embeds=emb, attention_mask=mask, output_hidden_states=True).hidden_states[layer + 1][:, -1]
-            pred = model.answer_logits(emb, mask).argmax(-1) - COL0
-        follows_img = pred == calib["img_col"]
-        v = steering_vector(hs[follows_img], hs[~follows_img & (pred == calib["text_col"])], normalize=True)
-        v = v * hs.norm(dim=-1).mean()  # alpha in units of the mean hidden-state norm
-        t0 = time.perf_counter()
-        emb_t, mask_t, masks_t = model.embed(test)
-        with torch.no_grad():
-            contribs = modality_contributions(lambda e: model.answer_logits(e, mask_t), emb_t, masks_t,
-                                              sigma_rel=cfg["sigma_rel"], num_samples=cfg["mcr_samples"],
-                                              generator=torch.Generator().manual_seed(seed))
-        mcr = modality_contribution_ratio(contribs, "vision").float()
-        mcr_s = time.perf_counter() - t0
-        base_first, base_second = _answers(model, test, layer, v, 0.0)
-        base = _score(base_first, base_second, test)
-        curves = {"pref": {}, "collapse": {}}
-        best = {}
-        chosen = {}
-        for arm in (METHOD, "uniform"):
-            curves["pref"][arm], curves["collapse"][arm] = [], []
-            for a in cfg["alphas"]:
-                alpha = amps_scale(mcr, a).float() if arm == METHOD else float(a)
-                f, s2 = _answers(model, test, layer, v, alpha)
-                sc = _score(f, s2, test)
-                curves["pref"][arm].append(sc["vision_pref"])
-                curves["collapse"][arm].append(sc["collapse"])
-            ok = [i for i, c in enumerate(curves["collapse"][arm]) if c <= cfg["collapse_cap"]]
-            i_best = max(ok, key=lambda i: curves["pref"][arm][i]) if ok else 0
-            best[arm] = curves["pref"][arm][i_best] if ok else 0.0
-            chosen[arm] = cfg["alphas"][i_best]
-        fu, su = _answers(model, test, layer, v, float(max(cfg["alphas"])))
-        changed = float((fu != base_first).double().mean())
-        # consistent-set accuracy at the chosen operating points
-        cons_acc = {}
-        mcr_c = None
-        for arm in (METHOD, "uniform"):
-            if arm == METHOD:
-                e_c, m_c, k_c = model.embed(cons)
-                with torch.no_grad():
-                    c_c = modality_contributions(lambda e, m=m_c: model.answer_logits(e, m), e_c, k_c, sigma_rel=cfg["sigma_rel"],
-                                                 num_samples=cfg["mcr_samples"], generator=torch.Generator().manual_seed(seed))
-                mcr_c = modality_contribution_ratio(c_c, "vision").float()
-                alpha = amps_scale(mcr_c, chosen[arm]).float()
-            else:
-                alpha = float(chosen[arm])
-            f, _ = _answers(model, cons, layer, v, alpha)
-            cons_acc[arm] = float(((f - COL0) == cons["img_col"]).double().mean())
+    seed_everything(seed)
+    train = _world(cfg["n_train"], 10 * seed + 1, 0.5)
+    model = TinyMLLM(cfg["hidden"], cfg["layers"], seed)
+    t0 = time.perf_counter()
+    losses = _train(model, train, cfg["steps"], seed)
+    train_s = time.perf_counter() - t0
+    calib = _world(cfg["n_calib"], 10 * seed + 2, 1.0)
+    test = _world(cfg["n_eval"], 10 * seed + 3, 1.0)
+    cons = _world(cfg["n_eval"], 10 * seed + 4, 0.0)
+    layer = cfg["layer"]
+    # steering vector: last prompt token at the steered block, image-following minus text-following
+    with torch.no_grad():
+        emb, mask, _ = model.embed(calib)
+        hs = model.lm(inputs_embeds=emb, attention_mask=mask, output_hidden_states=True).hidden_states[layer + 1][:, -1]
+        pred = model.answer_logits(emb, mask).argmax(-1) - COL0
+    follows_img = pred == calib["img_col"]
+    v = steering_vector(hs[follows_img], hs[~follows_img & (pred == calib["text_col"])], normalize=True)
+    v = v * hs.norm(dim=-1).mean()  # alpha in units of the mean hidden-state norm
+    t0 = time.perf_counter()
+    emb_t, mask_t, masks_t = model.embed(test)
+    with torch.no_grad():
+        contribs = modality_contributions(lambda e: model.answer_logits(e, mask_t), emb_t, masks_t,
+                                          sigma_rel=cfg["sigma_rel"], num_samples=cfg["mcr_samples"],
+                                          generator=torch.Generator().manual_seed(seed))
+    mcr = modality_contribution_ratio(contribs, "vision").float()
+    mcr_s = time.perf_counter() - t0
+    base_first, base_second = _answers(model, test, layer, v, 0.0)
+    base = _score(base_first, base_second, test)
+    curves = {"pref": {}, "collapse": {}}
+    best = {}
+    chosen = {}
+    for arm in (METHOD, "uniform"):
+        curves["pref"][arm], curves["collapse"][arm] = [], []
+        for a in cfg["alphas"]:
+            alpha = amps_scale(mcr, a).float() if arm == METHOD else float(a)
+            f, s2 = _answers(model, test, layer, v, alpha)
+            sc = _score(f, s2, test)
+            curves["pref"][arm].append(sc["vision_pref"])
+            curves["collapse"][arm].append(sc["collapse"])
+        ok = [i for i, c in enumerate(curves["collapse"][arm]) if c <= cfg["collapse_cap"]]
+        i_best = max(ok, key=lambda i: curves["pref"][arm][i]) if ok else 0
+        best[arm] = curves["pref"][arm][i_best] if ok else 0.0
+        chosen[arm] = cfg["alphas"][i_best]
+    fu, su = _answers(model, test, layer, v, float(max(cfg["alphas"])))
+    changed = float((fu != base_first).double().mean())
+    # consistent-set accuracy at the chosen operating points
+    cons_acc = {}
+    mcr_c = None
+    for arm in (METHOD, "uniform"):
+        if arm == METHOD:
+            e_c, m_c, k_c = model.embed(cons)
+            with torch.no_grad():
+                c_c = modality_contributions(lambda e, m=m_c: model.answer_logits(e, m), e_c, k_c, sigma_rel=cfg["sigma_rel"],
+                                             num_samples=cfg["mcr_samples"], generator=torch.Generator().manual_seed(seed))
+            mcr_c = modality_contribution_ratio(c_c, "vision").float()
+            alpha = amps_scale(mcr_c, chosen[arm]).float()
+        else:
+            alpha = float(chosen[arm])
+        f, _ = _answers(model, cons, layer, v, alpha)
+        cons_acc[arm] = float(((f - COL0) == cons["img_col"]).double().mean())
     metrics = {
         "pref_at_collapse5": dict(best),
         "consistent_acc": dict(cons_acc),

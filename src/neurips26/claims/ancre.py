@@ -24,7 +24,6 @@ from torch import nn
 
 from neurips26.claims.base import AtLeast, AtMost, Better, Claim, Headline, SeedResult
 from neurips26.claims.plotting import pyplot, save_figure
-from neurips26.common.threads import torch_threads
 from neurips26.nn.ancre import ANCReConnector, ANCReSequential, parameter_overhead, uniform_dense_connector
 
 METHOD = "ancre"
@@ -187,10 +186,9 @@ def _digits():
 
 
 def run(config: dict[str, Any], seed: int) -> SeedResult:
-    with torch_threads(config["threads"]):
-        e1 = {arm: _e1(arm, config, seed) for arm in ARMS}
-        data = _digits()
-        e2 = {arm: _e2(arm, config, seed, data) for arm in ARMS}
+    e1 = {arm: _e1(arm, config, seed) for arm in ARMS}
+    data = _digits()
+    e2 = {arm: _e2(arm, config, seed, data) for arm in ARMS}
     metrics = {
         "e1_steps_to_target": {a: float(r["steps"]) for a, r in e1.items()},
         "e1_log10_final_loss": {a: math.log10(max(r["final"], 1e-30)) for a, r in e1.items()},

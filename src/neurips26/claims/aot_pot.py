@@ -20,7 +20,6 @@ import torch
 from neurips26.claims.base import AtLeast, AtMost, Better, Claim, Headline, RatioAtLeast, SeedResult
 from neurips26.claims.plotting import pyplot, save_figure
 from neurips26.common.pde import generate, relative_l2
-from neurips26.common.threads import torch_threads
 from neurips26.nn.aot_pot import (
     OperatorTransformer,
     ar_denoising_loss,
@@ -127,8 +126,7 @@ def _persistence(u: np.ndarray, config: dict) -> tuple[float, float]:
 
 
 def run(config: dict[str, Any], seed: int) -> SeedResult:
-    with torch_threads(config["threads"]):
-        return _run(config, seed)
+    return _run(config, seed)
 
 
 def _run(config: dict[str, Any], seed: int) -> SeedResult:

@@ -39,7 +39,6 @@ from neurips26.claims.plotting import pyplot, save_figure
 from neurips26.common.models import build_tiny_lm, count_parameters
 from neurips26.common.rollouts import mean_pass_at_k, sample, sample_groups, score_completions
 from neurips26.common.tasks import MiniCountdown
-from neurips26.common.threads import torch_threads
 from neurips26.common.tokenizers import ARITHMETIC_ALPHABET, char_tokenizer
 from neurips26.common.training import train_or_load
 from neurips26.rl.archer import (
@@ -330,15 +329,13 @@ def _arm_result(arm, sft, tokenizer, task, config, seed, problems) -> tuple[dict
 
 
 def _arm_job(arm: str) -> tuple[dict[str, float], dict[str, Any]]:
-    torch.set_num_threads(1)
     sh = _SHARED
+    torch.set_num_threads(sh["config"]["threads"])  # a forked worker: its own thread setting
     return _arm_result(arm, sh["sft"], sh["tokenizer"], sh["task"], sh["config"], sh["seed"], sh["problems"])
 
 
 def _run(config: dict[str, Any], seed: int) -> SeedResult:
-    # Tiny models: one intra-op thread is faster than two under load and keeps runs reproducible.
-    with torch_threads(config.get("threads", 1)):
-        return _run_inner(config, seed)
+    return _run_inner(config, seed)
 
 
 def _run_inner(config: dict[str, Any], seed: int) -> SeedResult:
@@ -481,6 +478,7 @@ def _plot(result: dict[str, Any], folder: Path) -> list[Path]:
 
 
 _COMMON = dict(
+    threads=1,  # intra-op threads of the run (set by the runner): tiny models, shared CPU
     model=MODEL,
     high=4,
     wrong_prob=0.3,

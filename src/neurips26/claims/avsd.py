@@ -42,7 +42,6 @@ from neurips26.claims.plotting import pyplot, save_figure
 from neurips26.common.cache import cached_dir
 from neurips26.common.models import build_tiny_lm, count_parameters
 from neurips26.common.rollouts import sample
-from neurips26.common.threads import torch_threads
 from neurips26.common.training import train_lm
 from neurips26.distill.avsd import AVSDConfig, avsd_loss, build_views
 
@@ -353,7 +352,7 @@ def _run(config: dict, seed: int) -> SeedResult:
     was_enabled = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
     try:
-        with torch_threads(config["threads"]), warnings.catch_warnings():
+        with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
             return _run_inner(config, seed)

@@ -22,7 +22,6 @@ import torch
 from neurips26.claims.base import AtLeast, AtMost, Better, Claim, Exact, Headline, SeedResult, sweep_record
 from neurips26.claims.plotting import pyplot, save_figure
 from neurips26.common.models import BOS_ID, EOS_ID, build_tiny_lm
-from neurips26.common.threads import torch_threads
 from neurips26.common.training import collate, train_or_load
 from neurips26.editing.crosslingual_edit import (
     CrossLingualPair,
@@ -366,38 +365,37 @@ def _gemma_arm(cfg: dict, seed: int) -> dict[str, Any]:
 def _run(config: dict, seed: int) -> SeedResult:
     cfg = config
     start = time.perf_counter()
-    with torch_threads(cfg.get("threads", 2)):
-        model, world, hist = _model_and_world(cfg)
-        rng = random.Random(1000 + seed)
-        subjects = list(range(world.S))
-        rng.shuffle(subjects)
-        edit_s = subjects[: cfg["n_edits"]]
-        align_s = subjects[cfg["n_edits"]:]
-        edits = []
-        for s in edit_s:
-            r = rng.randrange(world.R)
-            old = int(world.facts[s, r])
-            edits.append((s, r, rng.choice([o for o in range(world.O) if o != old])))
-        recall = {lang: _recall(model, world, lang, edit_s) for lang in ("A", "B")}
-        lines = world.training_lines(1, cfg["p_par"], cfg["world_seed"] + 1)
-        C0_batches = [collate(lines[i:i + 64], 0) for i in range(0, len(lines), 64)]
-        C0_batches = [{k: b[k] for k in ("input_ids", "attention_mask")} for b in C0_batches]
-        before = _edit_round(model, world, cfg, edits, random.Random(seed), C0_batches)
-        # revert check: the edit round leaves the weights bit-identical
-        aligned = copy.deepcopy(model)
-        site = EditSite(aligned, cfg["edit_layer"])
-        pairs = [CrossLingualPair(world.request("A", s, r, None), world.request("B", s, r, None))
-                 for s in align_s for r in range(world.R)]
-        keep = [collate(lines[i:i + 16], 0) for i in range(0, len(lines), 16)]
-        t0 = time.perf_counter()
-        hist_align = contrastive_align(aligned, pairs, site, tau=0.07, keep_batches=keep, beta=1.0,
-                                       steps=cfg["align_steps"], lr=cfg["align_lr"], batch_size=32, seed=seed)
-        align_s_time = time.perf_counter() - t0
-        aligned.eval()
-        recall_aligned = {lang: _recall(aligned, world, lang, edit_s) for lang in ("A", "B")}
-        after = _edit_round(aligned, world, cfg, edits, random.Random(seed), C0_batches)
-        fresh, _, _ = _model_and_world(cfg)
-        revert_exact = float(all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), fresh.state_dict().values())))
+    model, world, hist = _model_and_world(cfg)
+    rng = random.Random(1000 + seed)
+    subjects = list(range(world.S))
+    rng.shuffle(subjects)
+    edit_s = subjects[: cfg["n_edits"]]
+    align_s = subjects[cfg["n_edits"]:]
+    edits = []
+    for s in edit_s:
+        r = rng.randrange(world.R)
+        old = int(world.facts[s, r])
+        edits.append((s, r, rng.choice([o for o in range(world.O) if o != old])))
+    recall = {lang: _recall(model, world, lang, edit_s) for lang in ("A", "B")}
+    lines = world.training_lines(1, cfg["p_par"], cfg["world_seed"] + 1)
+    C0_batches = [collate(lines[i:i + 64], 0) for i in range(0, len(lines), 64)]
+    C0_batches = [{k: b[k] for k in ("input_ids", "attention_mask")} for b in C0_batches]
+    before = _edit_round(model, world, cfg, edits, random.Random(seed), C0_batches)
+    # revert check: the edit round leaves the weights bit-identical
+    aligned = copy.deepcopy(model)
+    site = EditSite(aligned, cfg["edit_layer"])
+    pairs = [CrossLingualPair(world.request("A", s, r, None), world.request("B", s, r, None))
+             for s in align_s for r in range(world.R)]
+    keep = [collate(lines[i:i + 16], 0) for i in range(0, len(lines), 16)]
+    t0 = time.perf_counter()
+    hist_align = contrastive_align(aligned, pairs, site, tau=0.07, keep_batches=keep, beta=1.0,
+                                   steps=cfg["align_steps"], lr=cfg["align_lr"], batch_size=32, seed=seed)
+    align_s_time = time.perf_counter() - t0
+    aligned.eval()
+    recall_aligned = {lang: _recall(aligned, world, lang, edit_s) for lang in ("A", "B")}
+    after = _edit_round(aligned, world, cfg, edits, random.Random(seed), C0_batches)
+    fresh, _, _ = _model_and_world(cfg)
+    revert_exact = float(all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), fresh.state_dict().values())))
 
     metrics: dict[str, dict[str, float]] = {}
 
@@ -441,8 +439,7 @@ def _run(config: dict, seed: int) -> SeedResult:
         # reported, not judged: a failure of the real-model arm is recorded (and shown in the report)
         # instead of discarding the judged tiny-world results of this seed
         try:
-            with torch_threads(cfg.get("threads", 1)):
-                info["gemma3_270m"] = _gemma_arm(cfg, seed)
+            info["gemma3_270m"] = _gemma_arm(cfg, seed)
         except (ImportError, RuntimeError, ValueError, MemoryError) as err:
             info["gemma3_270m"] = {"error": f"{type(err).__name__}: {err}"}
     curves = {"alignment_infonce": {METHOD: hist_align["infonce"]}, "alignment_paired_cos": {METHOD: hist_align["paired_cos"]}}

@@ -25,7 +25,6 @@ from neurips26.claims.plotting import pyplot, save_figure
 from neurips26.common.cache import cached_object
 from neurips26.common.datasets import load_digits, load_mnist
 from neurips26.common.models import count_parameters
-from neurips26.common.threads import torch_threads
 from neurips26.distill.dho import (
     ALPHA_GRID,
     BETA_GRID,
@@ -212,9 +211,7 @@ ACC_ARMS = (METHOD, "single_head_kd", "ce_only", "dho_fixed_mix", "teacher")
 
 
 def _run(config: dict, seed: int) -> SeedResult:
-    # tiny CNNs: one thread is faster on a shared CPU and keeps timings stable
-    with torch_threads(1):
-        return _run_inner(config, seed)
+    return _run_inner(config, seed)
 
 
 def _run_inner(cfg: dict, seed: int) -> SeedResult:
@@ -269,6 +266,7 @@ def _plot(result: dict, folder: Path) -> list[Path]:
 
 
 _COMMON = {
+    "threads": 1,  # intra-op threads of the run (set by the runner): tiny models, shared CPU
     "settings": list(SETTINGS),
     "lam": 0.5,
     "temperature": 2.0,

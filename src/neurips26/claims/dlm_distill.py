@@ -23,7 +23,6 @@ from neurips26.claims.base import AtMost, Better, Claim, Exact, Headline, SeedRe
 from neurips26.claims.plotting import pyplot, save_figure
 from neurips26.common.cache import cached_object
 from neurips26.common.models import count_parameters
-from neurips26.common.threads import torch_threads
 from neurips26.distill.dlm_distill import DLMDistillConfig, DLMDistiller, mdlm_loss, mdlm_sample
 
 METHOD = "dlm_distill"
@@ -226,8 +225,7 @@ def _distil(arm: str, teacher, source, cfg: dict, seed: int, pool_size: int, poo
 
 
 def _run(config: dict, seed: int) -> SeedResult:
-    with torch_threads(1):
-        return _run_inner(config, seed)
+    return _run_inner(config, seed)
 
 
 def _run_inner(cfg: dict, seed: int) -> SeedResult:
@@ -299,6 +297,7 @@ def _plot(result: dict, folder: Path) -> list[Path]:
 
 
 _COMMON = {
+    "threads": 1,  # intra-op threads of the run (set by the runner): tiny models, shared CPU
     "support": 4,
     "concentration": 0.5,
     "lr": 3e-3,

@@ -25,7 +25,6 @@ from neurips26.claims.base import AtLeast, Better, Claim, Headline, SeedResult
 from neurips26.claims.plotting import pyplot, save_figure
 from neurips26.common.cache import cached_object
 from neurips26.common.datasets import dirichlet_partition, load_digits, train_test_split
-from neurips26.common.threads import torch_threads
 from neurips26.federated.fedrevive import (
     ClientSpeedModel,
     FedAsync,
@@ -114,8 +113,7 @@ def _summ(hist, target: float, budget: float) -> dict[str, float]:
 
 
 def _run(config: dict[str, Any], seed: int) -> SeedResult:
-    with torch_threads(1):
-        return _run_inner(config, seed)
+    return _run_inner(config, seed)
 
 
 def _run_inner(config: dict[str, Any], seed: int) -> SeedResult:
@@ -224,7 +222,8 @@ def _plot(result: dict[str, Any], folder: Path) -> list[Path]:
     return [save_figure(fig, folder, "fedrevive_accuracy_time", dpi=110)]
 
 
-_COMMON = {"dirichlet_alpha": 0.3, "lr": 0.05, "central_epochs": 30, "sigma": 1.0}
+# threads: intra-op threads of the run (set by the runner): tiny models, shared CPU
+_COMMON = {"threads": 1, "dirichlet_alpha": 0.3, "lr": 0.05, "central_epochs": 30, "sigma": 1.0}
 _TEST_ITEMS = 360  # digits test split (20% of 1,797)
 
 CLAIM = Claim(

@@ -24,7 +24,6 @@ from neurips26.claims.base import AtLeast, AtMost, Better, Claim, Headline, Seed
 from neurips26.claims.plotting import pyplot, save_figure
 from neurips26.common.cache import cached_object
 from neurips26.common.models import count_parameters
-from neurips26.common.threads import torch_threads
 from neurips26.vision.radomni import (
     CrossPhaseTransfer,
     CurriculumSchedule,
@@ -149,8 +148,7 @@ def _mim_test_loss(enc: NCCTViT, mim: MaskedImageModeling, ds: SyntheticCTDatase
 
 
 def run(config: dict[str, Any], seed: int) -> SeedResult:
-    with torch_threads(config.get("threads", 1)):
-        return _run(config, seed)
+    return _run(config, seed)
 
 
 def _run(cfg: dict, seed: int) -> SeedResult:

@@ -25,7 +25,6 @@ from torch import nn
 from neurips26.claims.base import AtLeast, AtMost, Better, Claim, Headline, SeedResult
 from neurips26.claims.plotting import pyplot, save_figure
 from neurips26.common.temporal import TGNLinkPredictor
-from neurips26.common.threads import torch_threads
 from neurips26.temporal.regate import (
     REGATE,
     BoundedPolicyGate,
@@ -152,8 +151,7 @@ def _metrics(logits: torch.Tensor, y: torch.Tensor, temp: float) -> dict:
 
 def run(config: dict, seed: int) -> SeedResult:
     """One seed: generate the world, extract and embed documents, train and score every arm."""
-    with torch_threads(config.get("threads", 1)):
-        return _run_inner(config, seed)
+    return _run_inner(config, seed)
 
 
 def _run_inner(cfg: dict, seed: int) -> SeedResult:

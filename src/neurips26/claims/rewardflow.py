@@ -51,7 +51,6 @@ from neurips26.common.agents import (
 )
 from neurips26.common.models import build_tiny_lm, count_parameters
 from neurips26.common.rollouts import score_completions
-from neurips26.common.threads import torch_threads
 from neurips26.common.training import train_or_load
 from neurips26.rl.rewardflow import (
     RewardFlowConfig,
@@ -217,25 +216,29 @@ def run_arm(
     return {"eval": ev, "curve_area": area, "curves": {**curves, **per_iter}, "train": out}
 
 
-def _arm_jobs(jobs, workers):
+def _arm_jobs(jobs, workers: int, threads: int):
+    """Run ``jobs`` in order, in ``workers`` forked processes of ``threads`` intra-op threads each when > 1."""
     if workers > 1 and len(jobs) > 1:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
         _JOBS.extend(jobs)
+        _JOB_CONFIG["threads"] = threads
         try:
             with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
                 return list(pool.map(_job, range(len(jobs))))
         finally:
             _JOBS.clear()
+            _JOB_CONFIG.clear()
     return [job() for job in jobs]
 
 
 _JOBS: list = []
+_JOB_CONFIG: dict = {}
 
 
 def _job(index: int):
-    torch.set_num_threads(1)
+    torch.set_num_threads(_JOB_CONFIG["threads"])  # a forked worker: its own thread setting
     return _JOBS[index]()
 
 
@@ -246,8 +249,7 @@ def _job(index: int):
 
 def run(config: dict[str, Any], seed: int) -> SeedResult:
     """One seed of the RewardFlow claim check (see the module docstring)."""
-    with torch_threads(config.get("threads", 1)):
-        return _run(config, seed)
+    return _run(config, seed)
 
 
 def _run(config: dict[str, Any], seed: int) -> SeedResult:
@@ -256,7 +258,7 @@ def _run(config: dict[str, Any], seed: int) -> SeedResult:
     bc_eval = _evaluate(setup["bc"], setup, config, seed)
     arms = config["arms"]
     jobs = [lambda arm=arm: run_arm(arm, setup, config, seed, estimator=arm) for arm in arms]
-    results = dict(zip(arms, _arm_jobs(jobs, config.get("workers", 1))))
+    results = dict(zip(arms, _arm_jobs(jobs, config.get("workers", 1), config["threads"])))
     metric_names = ("train_success", "heldout_success", "heldout_greedy")
     metrics: dict[str, dict[str, float]] = {k: {REFERENCE: bc_eval[k]} for k in metric_names}
     metrics.update({"curve_area": {}, "step_adv_nonzero": {}, "unique_state_ratio": {}})

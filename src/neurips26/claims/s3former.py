@@ -31,7 +31,6 @@ from neurips26.common.temporal import (
     temporal_loader,
     train_epoch,
 )
-from neurips26.common.threads import torch_threads
 from neurips26.temporal.s3former import S3Former, default_time_scales, dygformer_lite
 
 METHOD = "s3former"
@@ -103,8 +102,7 @@ def _test(model, train, val, test, pool, cfg, seed, new_nodes) -> dict:
 
 def run(config: dict, seed: int) -> SeedResult:
     """One seed: generate the stream, train every learned arm with one budget, score the test split."""
-    with torch_threads(config.get("threads", 1)):
-        return _run_inner(config, seed)
+    return _run_inner(config, seed)
 
 
 def _run_inner(cfg: dict, seed: int) -> SeedResult:

@@ -35,7 +35,6 @@ from neurips26.common.kg import (
     positive_mask,
     ranking_metrics,
 )
-from neurips26.common.threads import torch_threads
 from neurips26.kg.score import (
     SCORE,
     STRUCTURES,
@@ -100,8 +99,7 @@ def _kge(kg, cfg: dict, seed: int) -> ComplExEmbeddings:
         )
         return {"entity": m.entity, "relation": m.relation, "losses": m.losses}
 
-    with torch_threads(1):
-        d = cached_object("score-complex", key, build)
+    d = cached_object("score-complex", key, build)
     return ComplExEmbeddings(d["entity"], d["relation"], d["losses"])
 
 
@@ -368,14 +366,13 @@ def _breakdown(rows: list[dict]) -> list[dict]:
 
 def run(config: dict, seed: int) -> SeedResult:
     """One seed: train (cached) ComplEx per dataset, build sessions, tune, evaluate every arm."""
-    with torch_threads(config.get("threads", 1)):
-        metrics, info, sweeps, rows = {}, {}, {}, []
-        for name in config["datasets"]:
-            m, i, sw, r = _dataset(name, config, seed)
-            metrics.update(m)
-            info[name] = i
-            sweeps.update(sw)
-            rows += r
+    metrics, info, sweeps, rows = {}, {}, {}, []
+    for name in config["datasets"]:
+        m, i, sw, r = _dataset(name, config, seed)
+        metrics.update(m)
+        info[name] = i
+        sweeps.update(sw)
+        rows += r
     budget = {
         arm: {
             "link_predictor": f"shared ComplEx rank {config['rank']}, {config['epochs']} epochs",

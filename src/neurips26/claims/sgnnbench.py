@@ -18,7 +18,6 @@ import torch
 from neurips26.claims.base import AtLeast, AtMost, Better, Claim, Headline, SeedResult
 from neurips26.claims.plotting import pyplot, save_figure
 from neurips26.common.graphs import csbm
-from neurips26.common.threads import torch_threads
 from neurips26.graph.sgnnbench import (
     GCN,
     SGC,
@@ -74,8 +73,7 @@ def _scaling(sizes, hidden: int, T: int, seed: int) -> list[dict]:
 
 
 def _run(config: dict, seed: int) -> SeedResult:
-    with torch_threads(1):
-        return _run_inner(config, seed)
+    return _run_inner(config, seed)
 
 
 def _run_inner(cfg: dict, seed: int) -> SeedResult:
@@ -172,7 +170,8 @@ def _plot(result: dict, folder: Path) -> list[Path]:
     return [save_figure(fig, folder, "sgnnbench_accuracy_energy", dpi=100)]
 
 
-_COMMON = {"mu": 0.5, "lr": 1e-2, "weight_decay": 1e-4, "T": 5}
+# threads: intra-op threads of the run (set by the runner): tiny models, shared CPU
+_COMMON = {"threads": 1, "mu": 0.5, "lr": 1e-2, "weight_decay": 1e-4, "T": 5}
 
 CLAIM = Claim(
     slug="sgnnbench",

@@ -35,7 +35,6 @@ from torch import nn
 from neurips26.claims.base import AtLeast, AtMost, Better, Claim, Headline, SeedResult, Within
 from neurips26.claims.plotting import pyplot, save_figure
 from neurips26.common.cache import cached_object
-from neurips26.common.threads import torch_threads
 from neurips26.robotics.spark_vla import (
     AttentionDistillationLoss,
     ExpertAttention,
@@ -291,8 +290,7 @@ def _train_arm(arm, cfg, base, expert, train, attn, test, seed):
 # ------------------------------------------------------------------------------------------------- run
 def run(config: dict, seed: int) -> SeedResult:
     """One seed: pre-train (cached) backbone and expert, train every arm, evaluate on held-out scenes."""
-    with torch_threads(config.get("threads", 1)):
-        return _run(config, seed)
+    return _run(config, seed)
 
 
 def _run(cfg: dict, seed: int) -> SeedResult:

@@ -23,7 +23,6 @@ from neurips26.claims.base import AtMost, Better, Claim, Headline, SeedResult
 from neurips26.claims.plotting import pyplot, save_figure
 from neurips26.common.cache import cached_dir
 from neurips26.common.models import build_tiny_lm, count_parameters
-from neurips26.common.threads import torch_threads
 from neurips26.common.training import train_lm
 from neurips26.distill.ssd import SSDConfig, SSDTrainer
 
@@ -157,8 +156,7 @@ def _arm_config(arm: str, cfg: dict) -> SSDConfig:
 
 
 def _run(config: dict, seed: int) -> SeedResult:
-    with torch_threads(1):
-        return _run_inner(config, seed)
+    return _run_inner(config, seed)
 
 
 def _run_inner(cfg: dict, seed: int) -> SeedResult:
@@ -225,7 +223,8 @@ def _plot(result: dict, folder: Path) -> list[Path]:
     return [save_figure(fig, folder, "ssd_pareto", dpi=100)]
 
 
-_COMMON = {"hidden": 64, "layers": 2, "sft_lr": 3e-3, "lr": 1e-3, "threshold": 0.3}
+# threads: intra-op threads of the run (set by the runner): tiny models, shared CPU
+_COMMON = {"threads": 1, "hidden": 64, "layers": 2, "sft_lr": 3e-3, "lr": 1e-3, "threshold": 0.3}
 
 CLAIM = Claim(
     slug="ssd",

@@ -57,7 +57,6 @@ from neurips26.claims.cot_pathology.smollm2 import PHASES, _smollm
 from neurips26.claims.plotting import pyplot, save_figure
 from neurips26.common.cache import cached_object
 from neurips26.common.models import BOS_ID, build_tiny_lm
-from neurips26.common.threads import torch_threads
 
 METHOD = "cot_pathology"
 GENERIC = ("g1_budget", "g2_no_repeat", "g3_random", "g4_verify_cue")
@@ -204,8 +203,7 @@ def _encode(ref, model, task, seg, prompt, cot) -> Trajectory:
 
 
 def _run(cfg: dict, seed: int) -> SeedResult:
-    with torch_threads(cfg["threads"]):
-        return _run_inner(cfg, seed)
+    return _run_inner(cfg, seed)
 
 
 def _run_inner(cfg: dict, seed: int) -> SeedResult:
