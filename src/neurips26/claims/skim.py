@@ -14,7 +14,6 @@ KD with the same steps, batches and learning rate, and scored by grammar-constra
 from __future__ import annotations
 
 import copy
-import json
 import random
 import time
 from pathlib import Path
@@ -167,11 +166,8 @@ class SubwordTask:
     def __init__(self, tokenizer, vocab_size: int):
         self.tok, self.vocab_size = tokenizer, vocab_size
         self.pad, self.eos = tokenizer.pad_token_id, tokenizer.eos_token_id
-        self.compiled: JsonSchemaGrammar | None = None
 
     def grammar(self) -> JsonSchemaGrammar:
-        if self.compiled is not None:  # compiling against the 49k-token vocabulary takes seconds
-            return self.compiled
         return JsonSchemaGrammar(
             tool_schema(),
             tokenizer=self.tok,
@@ -198,15 +194,8 @@ def _tool_prefix_len(grammar: JsonSchemaGrammar, output: list[int], call: dict, 
     return len(output)
 
 
-def _train_lm(model, prompts, outputs, *, steps, lr, batch, seed, pad, bf16=False) -> list[float]:
-    """Teacher forcing, cross-entropy on the output tokens only; AdamW, grad clip 1.
-
-    ``bf16=True`` (the SmolLM2 LoRA fine-tune): the forward runs under CPU bfloat16 autocast (trainable
-    LoRA weights stay fp32) and the output head is applied to the output positions only; about 2x
-    faster on this CPU (AMX) than fp32 over every position. The loss is the same function.
-    """
-    if bf16:
-        return _train_lm_bf16(model, prompts, outputs, steps=steps, lr=lr, batch=batch, seed=seed, pad=pad)
+def _train_lm(model, prompts, outputs, *, steps, lr, batch, seed, pad) -> list[float]:
+    """Teacher forcing, cross-entropy on the output tokens only; AdamW, grad clip 1."""
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
     gen = torch.Generator().manual_seed(seed)
@@ -221,37 +210,6 @@ def _train_lm(model, prompts, outputs, *, steps, lr, batch, seed, pad, bf16=Fals
             labels[r, len(p) : len(p) + len(o)] = torch.tensor(o)
         logits = model(input_ids=ids, attention_mask=att).logits
         loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        for g in opt.param_groups:
-            g["lr"] = lr * min(1.0, (step + 1) / max(1, steps // 10)) * (1 - step / steps) ** 0.5
-        opt.step()
-        losses.append(float(loss.detach()))
-    model.eval()
-    return losses
-
-
-def _train_lm_bf16(model, prompts, outputs, *, steps, lr, batch, seed, pad) -> list[float]:
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
-    gen = torch.Generator().manual_seed(seed)
-    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
-    model.train()
-    losses = []
-    for step in range(steps):
-        idx = torch.randint(0, len(prompts), (batch,), generator=gen).tolist()
-        ps, os_ = [prompts[i] for i in idx], [outputs[i] for i in idx]
-        ids, att = _pad_sequences(ps, os_, pad)
-        labels = torch.full_like(ids, -100)
-        for r, (p, o) in enumerate(zip(ps, os_)):
-            labels[r, len(p) : len(p) + len(o)] = torch.tensor(o)
-        target = labels[:, 1:]
-        sel = target != -100
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            hidden = inner.model(input_ids=ids, attention_mask=att).last_hidden_state
-            logits = inner.lm_head(hidden[:, :-1][sel])
-        loss = F.cross_entropy(logits.float(), target[sel])
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -300,30 +258,6 @@ def _tiny_teacher(cfg: dict, task: WordTask):
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
-#: merged SmolLM2 teachers and their compiled grammars already loaded in this process, by cache key: the
-#: seeds of one run share one frozen teacher, so only the first seed pays for loading, merging and compiling
-_SMOLLM_MEMO: dict[str, tuple] = {}
-
-
-def _smollm_key(cfg: dict) -> dict:
-    """Cache key of the LoRA teacher: every setting the adapter depends on (v2 adds bf16 autocast,
-    batch, alpha, targets, seeds and the prompt format)."""
-    return {
-        "n_train": cfg["n_train"],
-        "steps": cfg["teacher_steps"],
-        "lr": cfg["teacher_lr"],
-        "r": cfg["lora_r"],
-        "alpha": 2 * cfg["lora_r"],
-        "batch": cfg["teacher_batch"],
-        "targets": LORA_TARGETS,
-        "precision": "bf16-autocast",
-        "data_seed": 10_000,
-        "train_seed": 0,
-        "prompt": "Request: {words}\nCall: ",
-        "v": 2,
-    }
-
-
 def _smollm_teacher(cfg: dict):
     """SmolLM2-135M-Instruct + LoRA (peft) fine-tuned on the task and merged; the adapter is cached."""
     from peft import LoraConfig, get_peft_model, get_peft_model_state_dict, set_peft_model_state_dict
@@ -335,10 +269,13 @@ def _smollm_teacher(cfg: dict):
     lora = LoraConfig(
         r=cfg["lora_r"], lora_alpha=2 * cfg["lora_r"], lora_dropout=0.0, target_modules=LORA_TARGETS
     )
-    key = _smollm_key(cfg)
-    memo_key = json.dumps(key, sort_keys=True)
-    if memo_key in _SMOLLM_MEMO:
-        return _SMOLLM_MEMO[memo_key]
+    key = {
+        "n_train": cfg["n_train"],
+        "steps": cfg["teacher_steps"],
+        "lr": cfg["teacher_lr"],
+        "r": cfg["lora_r"],
+        "v": 1,
+    }
 
     def build():
         base, _ = load_pretrained("smollm2-135m")
@@ -353,22 +290,16 @@ def _smollm_teacher(cfg: dict):
             batch=cfg["teacher_batch"],
             seed=0,
             pad=task.pad,
-            bf16=True,
         )
-        return {"adapter": get_peft_model_state_dict(peft_model), "final_loss": losses[-1], "losses": losses}
+        return {"adapter": get_peft_model_state_dict(peft_model), "final_loss": losses[-1]}
 
-    # one thread whatever the profile's setting, so a cold rebuild gives the same adapter
-    with torch_threads(1):
-        entry = cached_object("skim-smollm-lora", key, build)
+    entry = cached_object("skim-smollm-lora", key, build)
     peft_model = get_peft_model(model, lora)
     set_peft_model_state_dict(peft_model, entry["adapter"])
     merged = peft_model.merge_and_unload().eval()
     for p in merged.parameters():  # peft froze the base weights; pruned students copy them and train
         p.requires_grad_(True)
-    task.compiled = task.grammar()
-    _SMOLLM_MEMO.clear()  # at most one teacher held
-    _SMOLLM_MEMO[memo_key] = (merged, task, {"teacher_final_loss": entry["final_loss"]})
-    return _SMOLLM_MEMO[memo_key]
+    return merged, task, {"teacher_final_loss": entry["final_loss"]}
 
 
 def _score(model, grammar, data, prompts, outputs, tool_k, pad, batch) -> dict[str, float]:
@@ -387,20 +318,6 @@ def _decode_check(model, grammar, prompts, refs, exact_forced, pad, max_new) -> 
     valid = float(np.mean([c is not None for c in calls]))
     agree = float(np.mean([(c == r) == e for c, r, e in zip(calls, refs, exact_forced)]))
     return {"valid": valid, "agree": agree, "tokens_per_s": sum(len(o) for o in outs) / max(seconds, 1e-9)}
-
-
-#: recovered reference arms (the cross ablations and magnitude + KD); ``reference_sparsities`` may limit them
-RECOVERED_REFERENCES = ("skim_prune_kd", "wanda_skimkd", "magnitude_kd")
-
-
-def _arms_at(cfg: dict, sparsity: float) -> list[str]:
-    """The profile's arms run at ``sparsity``: recovered references only at ``reference_sparsities``."""
-    refs = cfg.get("reference_sparsities", cfg["sparsities"])
-    return [
-        a
-        for a in PRUNED_ARMS
-        if a in cfg["arms"] and (a not in RECOVERED_REFERENCES or any(abs(sparsity - r) < 1e-9 for r in refs))
-    ]
 
 
 def _run(config: dict, seed: int) -> SeedResult:
@@ -431,10 +348,7 @@ def _run_inner(cfg: dict, seed: int) -> SeedResult:
     n_dec = cfg["n_decode_check"]
     evaluate = lambda m: _score(m, grammar, test, t_prompts, t_outputs, tool_k, pad, cfg["eval_batch"])  # noqa: E731
 
-    t0 = time.perf_counter()
     dense = evaluate(teacher)
-    timings: dict[str, float] = {"teacher": t_teacher, "dense_eval": time.perf_counter() - t0}
-    t0 = time.perf_counter()
     dense_dec = _decode_check(
         teacher,
         grammar,
@@ -444,7 +358,6 @@ def _run_inner(cfg: dict, seed: int) -> SeedResult:
         pad,
         cfg["max_new_tokens"],
     )
-    timings["dense_decode_check"] = time.perf_counter() - t0
 
     # calibration: greedy constrained teacher outputs; one role-statistics pass serves SKIM and Wanda
     t0 = time.perf_counter()
@@ -455,26 +368,22 @@ def _run_inner(cfg: dict, seed: int) -> SeedResult:
     roles = assign_token_roles(ids, [len(p) for p in c_prompts], grammar, attention_mask=att)
     stats = collect_role_stats(teacher, ids, roles, attention_mask=att, batch_size=cfg["eval_batch"])
     t_calib = time.perf_counter() - t0
-    timings["calibration"] = t_calib
     role_counts = {name: int((roles == i).sum()) for i, name in enumerate(("context", "decision", "format"))}
 
     table: dict[str, dict[str, Any]] = {}
     budget: dict[str, dict[str, Any]] = {}
-    throughput, checks = {}, [dense_dec]
+    throughput, checks, timings = {}, [dense_dec], {}
     sparsity_achieved: dict[str, float] = {}
     teacher_cache: dict = {}  # greedy teacher outputs, shared by every arm (the teacher is frozen)
-    ref_sparsities = cfg.get("reference_sparsities", cfg["sparsities"])
     for s in cfg["sparsities"]:
         row: dict[str, Any] = {}
         pruned = {}
-        arms = _arms_at(cfg, s)
+        arms = [a for a in PRUNED_ARMS if a in cfg["arms"]]
         for method in sorted({COMBOS[a][0] for a in arms}):
-            t0 = time.perf_counter()
             student = copy.deepcopy(teacher)
             result = prune_model(student, stats, s, method)
             pruned[method] = (student, result)
             sparsity_achieved[f"{method}@{s}"] = result.overall
-            timings[f"prune:{method}@{s}"] = time.perf_counter() - t0
         for arm in arms:
             method, recovery = COMBOS[arm]
             t0 = time.perf_counter()
@@ -497,7 +406,6 @@ def _run_inner(cfg: dict, seed: int) -> SeedResult:
                     teacher_cache=teacher_cache,
                 )
                 hist = distiller.fit(batches, cfg["steps"])
-            timings[f"recover:{arm}@{s}"] = time.perf_counter() - t0
             budget[arm] = {
                 "steps": len(hist),
                 "batch": cfg["batch"] if recovery else 0,
@@ -505,9 +413,7 @@ def _run_inner(cfg: dict, seed: int) -> SeedResult:
                 "calibration_prompts": cfg["n_calib"],
                 "params": count_parameters(student),
             }
-            t1 = time.perf_counter()
             score = evaluate(student)
-            timings[f"eval:{arm}@{s}"] = time.perf_counter() - t1
             row[arm] = {"exact": score["exact"], "tool": score["tool"]}
             if hist:
                 row[arm]["final_loss"] = hist[-1]["loss"]
@@ -532,15 +438,11 @@ def _run_inner(cfg: dict, seed: int) -> SeedResult:
 
     low, high = str(min(cfg["sparsities"])), str(max(cfg["sparsities"]))
     arms = [a for a in PRUNED_ARMS if a in cfg["arms"]]
-    everywhere = [a for a in arms if all(a in table[str(s)] for s in cfg["sparsities"])]
     metrics = {
         "acc_dense": {"dense": dense["exact"]},
-        "acc_low": {arm: table[low][arm]["exact"] for arm in arms if arm in table[low]}
-        | {"dense": dense["exact"]},
-        "acc_high": {arm: table[high][arm]["exact"] for arm in arms if arm in table[high]}
-        | {"dense": dense["exact"]},
-        "tool_high": {arm: table[high][arm]["tool"] for arm in arms if arm in table[high]}
-        | {"dense": dense["tool"]},
+        "acc_low": {arm: table[low][arm]["exact"] for arm in arms} | {"dense": dense["exact"]},
+        "acc_high": {arm: table[high][arm]["exact"] for arm in arms} | {"dense": dense["exact"]},
+        "tool_high": {arm: table[high][arm]["tool"] for arm in arms} | {"dense": dense["tool"]},
         "gap_growth": {
             METHOD: (table[high][METHOD]["exact"] - table[high]["wanda_kd"]["exact"])
             - (table[low][METHOD]["exact"] - table[low]["wanda_kd"]["exact"])
@@ -549,14 +451,11 @@ def _run_inner(cfg: dict, seed: int) -> SeedResult:
         "forced_eval_agrees": {METHOD: min(c["agree"] for c in checks)},
     }
     curves = {
-        "exact_vs_sparsity": {
-            arm: [table[str(s)][arm]["exact"] for s in cfg["sparsities"]] for arm in everywhere
-        },
+        "exact_vs_sparsity": {arm: [table[str(s)][arm]["exact"] for s in cfg["sparsities"]] for arm in arms},
     }
     info = {
         "model": cfg["model"],
         "sparsities": list(cfg["sparsities"]),
-        "reference_sparsities": list(ref_sparsities),
         "per_sparsity": table,
         "budget": budget,
         "teacher": tinfo
@@ -581,11 +480,12 @@ def _plot(result: dict, folder: Path) -> list[Path]:
     infos = result["info"]
     sparsities = infos[0]["sparsities"]
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for arm in [a for a in PRUNED_ARMS if any(a in infos[0]["per_sparsity"][str(s)] for s in sparsities)]:
-        xs = [s for s in sparsities if arm in infos[0]["per_sparsity"][str(s)]]
-        per_seed = np.array([[i["per_sparsity"][str(s)][arm]["exact"] for s in xs] for i in infos])
+    for arm in [a for a in PRUNED_ARMS if a in infos[0]["per_sparsity"][str(sparsities[0])]]:
+        per_seed = np.array([[i["per_sparsity"][str(s)][arm]["exact"] for s in sparsities] for i in infos])
         style = "-" if not arm.endswith("_none") else ":"
-        ax.errorbar(xs, per_seed.mean(0), yerr=per_seed.std(0), label=arm, linestyle=style, marker="o")
+        ax.errorbar(
+            sparsities, per_seed.mean(0), yerr=per_seed.std(0), label=arm, linestyle=style, marker="o"
+        )
     dense = np.mean([i["teacher"]["dense_exact"] for i in infos])
     ax.axhline(dense, color="k", linewidth=0.8, label="dense")
     ax.set_xlabel("sparsity (decoder-block linears, unstructured)")
@@ -632,11 +532,11 @@ CONFIGS = {
         "max_new_tokens": 48,
         "eval_batch": 48,
         "model": "smollm2",
-        "n_train": 4000,
-        "teacher_steps": 200,
+        "n_train": 2000,
+        "teacher_steps": 48,
         "teacher_batch": 16,
-        "teacher_lr": 2e-3,
-        "lora_r": 16,
+        "teacher_lr": 1e-3,
+        "lora_r": 8,
         "arms": ["skim", "wanda_kd", "skim_prune_kd", "wanda_skimkd", "wanda_none"],
         "n_test": 32,
         "n_calib": 16,
