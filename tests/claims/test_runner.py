@@ -1,5 +1,6 @@
 """Runner: idempotence, resume after an interruption, atomic JSON, determinism, executors."""
 
+import dataclasses
 import json
 import random
 
@@ -33,7 +34,7 @@ def make_claim(**smoke):
         baselines=("baseline",),
         criteria=(Better("acc", baseline="baseline", margin=0.1),),
         run=_toy_run,
-        configs={"smoke": dict(smoke), "quick": {}, "full": {}},
+        configs={"smoke": {"threads": 1, **smoke}, "quick": {"threads": 1}, "full": {"threads": 1}},
         seeds={"smoke": (0, 1, 2), "quick": (0,), "full": (0,)},
         glossary={"acc": "fraction correct"},
     )
@@ -108,7 +109,7 @@ def test_provenance_and_cold_wall_are_recorded(tmp_path):
             baselines=("baseline",),
             criteria=(Better("acc", baseline="baseline"),),
             run=run,
-            configs={"smoke": {}, "quick": {}, "full": {}},
+            configs={"smoke": {"threads": 1}, "quick": {"threads": 1}, "full": {"threads": 1}},
             seeds={"smoke": (0, 1), "quick": (0,), "full": (0,)},
         )
         data = run_claim(claim, "smoke", out=tmp_path / "r")
@@ -152,6 +153,31 @@ def test_bad_arguments(tmp_path):
         run_claim(make_claim(), "medium", out=tmp_path)
 
 
+@pytest.mark.parametrize("threads", [None, 0, True, 1.0, "1"])
+def test_config_without_int_threads_is_rejected_before_any_seed(tmp_path, threads):
+    smoke = {} if threads is None else {"threads": threads}
+    claim = dataclasses.replace(make_claim(), configs={**make_claim().configs, "smoke": smoke})
+    CALLS.clear()
+    with pytest.raises(ValueError, match=r"claim 'toy': configs\['smoke'\] must set 'threads'"):
+        run_claim(claim, "smoke", out=tmp_path)
+    assert CALLS == [] and not (tmp_path / ".partial").exists()
+
+
+def test_runner_sets_the_configs_threads_around_each_seed(tmp_path):
+    import torch
+
+    seen = []
+
+    def run(config, seed):
+        seen.append(torch.get_num_threads())
+        return SeedResult(metrics={"acc": {"method": 1.0, "baseline": 0.0}})
+
+    before = torch.get_num_threads()
+    claim = dataclasses.replace(make_claim(), run=run, configs={**make_claim().configs, "smoke": {"threads": 2}})
+    run_claim(claim, "smoke", out=tmp_path)
+    assert seen == [2, 2, 2] and torch.get_num_threads() == before
+
+
 def test_unknown_arm_is_rejected(tmp_path):
     def bad_run(config, seed):
         return SeedResult(metrics={"acc": {"method": 1.0, "other": 0.0}})
@@ -163,7 +189,7 @@ def test_unknown_arm_is_rejected(tmp_path):
         ("baseline",),
         (Better("acc", baseline="baseline"),),
         bad_run,
-        {"smoke": {}, "quick": {}, "full": {}},
+        {"smoke": {"threads": 1}, "quick": {"threads": 1}, "full": {"threads": 1}},
     )
     with pytest.raises(ValueError, match="unknown arms"):
         run_claim(claim, "smoke", out=tmp_path)

@@ -32,7 +32,7 @@ TOY = textwrap.dedent(
     CLAIM = Claim(
         slug="toyfault", claim="method beats baseline", method="method", baselines=("baseline",),
         criteria=(Better("acc", baseline="baseline", margin=0.1),), run=_run,
-        configs={"smoke": {}, "quick": {}, "full": {}},
+        configs={"smoke": {"threads": 1}, "quick": {"threads": 1}, "full": {"threads": 1}},
         seeds={"smoke": (0, 1, 2), "quick": (0,), "full": (0,)}, glossary={"acc": "fraction correct"},
     )
 

@@ -184,8 +184,24 @@ def provenance(claim: Claim, profile: Profile) -> dict[str, Any]:
     }
 
 
+def config_threads(claim: Claim, profile: Profile) -> int:
+    """The ``threads`` entry of ``claim``'s config for ``profile``: an int >= 1, else :class:`ValueError`.
+
+    Every profile config declares the intra-op torch thread count its run uses; the runner sets it
+    around each seed, so no claim sets thread counts itself and numbers do not depend on the machine's
+    default.
+    """
+    threads = claim.configs[profile.value].get("threads")
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ValueError(
+            f"claim {claim.slug!r}: configs[{profile.value!r}] must set 'threads' (the intra-op torch threads "
+            f"of a seed's run) to an int >= 1, got {threads!r}"
+        )
+    return threads
+
+
 def run_seed(claim: Claim, profile: Profile, seed: int) -> tuple[SeedResult, float]:
-    """Seed everything, run one seed under the config's ``threads`` (if given), return result and wall time.
+    """Seed everything, run one seed under the config's ``threads``, return result and wall time.
 
     :func:`last_cold_wall` then gives the wall time plus the recorded build time of every cache entry
     the seed found on disk.
@@ -196,10 +212,11 @@ def run_seed(claim: Claim, profile: Profile, seed: int) -> tuple[SeedResult, flo
     from neurips26.common.seeding import seed_everything
     from neurips26.common.threads import torch_threads
 
+    threads = config_threads(claim, profile)
     seed_everything(seed)
     config = dict(claim.configs[profile.value])
     start = time.perf_counter()
-    with torch_threads(config.get("threads")):
+    with torch_threads(threads):
         result = claim.run(config, seed)
     if not isinstance(result, SeedResult):
         raise TypeError(f"claim {claim.slug!r}: run() must return SeedResult, got {type(result).__name__}")
@@ -383,6 +400,7 @@ def run_claim(
         raise ValueError(f"executor must be one of {list(EXECUTORS)}, got {executor!r}")
     claim = slug if isinstance(slug, Claim) else load_claim(slug)
     slug = claim.slug
+    config_threads(claim, profile)  # fail before any seed runs
     seeds = tuple(claim.seeds[profile.value] if seeds is None else seeds)
     if not seeds or any(isinstance(s, bool) or not isinstance(s, int) or s < 0 for s in seeds):
         raise ValueError(f"seeds must be a non-empty sequence of non-negative ints, got {seeds!r}")
