@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -270,11 +271,12 @@ def test_bulk_prefill_equals_layerwise_updates():
     model = tiny_model()
     g = torch.Generator().manual_seed(9)
     kv = [(torch.randn(2, 2, 20, 16, generator=g), torch.randn(2, 2, 20, 16, generator=g)) for _ in range(2)]
-    for cfg in (ADKVConfig(bits=3), ADKVConfig(bits=2, residual_length=5, storage="simulated")):
+    configs = (ADKVConfig(bits=3), ADKVConfig(bits=2, residual_length=5, storage="simulated"))
+    for cfg, chunk in itertools.product(configs, (1 << 25, 1)):  # one pass over both layers / one per layer
         a, b = ADKVCache(model.config, cfg), ADKVCache(model.config, cfg)
         for i, (k, v) in enumerate(kv):
             a.update(k, v, i)
-        b.bulk_prefill(kv)
+        b.bulk_prefill(kv, max_chunk_elements=chunk)
         for la, lb in zip(a.layers, b.layers):
             assert torch.equal(la.key_codes, lb.key_codes) and torch.equal(la.value_codes, lb.value_codes)
             assert torch.allclose(la.dequantized_states()[0], lb.dequantized_states()[0], rtol=0, atol=1e-6)
@@ -284,6 +286,10 @@ def test_bulk_prefill_equals_layerwise_updates():
         ka, _ = a.update(new, new, 0)
         kb, _ = b.update(new, new, 0)
         assert torch.allclose(ka, kb, rtol=0, atol=1e-6)
+    with pytest.raises(ValueError, match="max_chunk_elements"):
+        ADKVCache(model.config, ADKVConfig(bits=3)).bulk_prefill(kv, max_chunk_elements=0)
+    with pytest.raises(TypeError, match="max_chunk_elements"):
+        ADKVCache(model.config, ADKVConfig(bits=3)).bulk_prefill(kv, max_chunk_elements=1.5)
 
 
 # ------------------------------------------------------------------------- decoder states (spec step 3)
