@@ -49,3 +49,53 @@ def test_task_references_satisfy_the_schema():
         assert g.parse(g.decode(out)) == call
         masks, roles = g.trace(out)  # the reference is accepted token by token
         assert int((roles == 1).sum()) == 2 and len(out) == 10
+
+
+def test_teacher_cache_keys_cover_every_teacher_setting():
+    from neurips26.claims.skim import _smollm_keys
+
+    full = CONFIGS["full"]
+    keys = _smollm_keys(full)
+    assert len(keys) == len(full["teacher_stages"])
+    assert keys[1]["init"] == keys[0]  # a later stage's key holds the earlier stages' settings
+    for i, stage in enumerate(full["teacher_stages"]):
+        for name, value in stage.items():
+            other = value * 2 if not isinstance(value, str) else value + "x"
+            stages = [dict(st) for st in full["teacher_stages"]]
+            stages[i][name] = other
+            changed = _smollm_keys({**full, "teacher_stages": stages})
+            assert changed[-1] != keys[-1], (i, name)
+    assert _smollm_keys({**full, "lora_r": 16})[-1] != keys[-1]
+
+
+def test_full_profile_design_and_reference_sparsities():
+    from neurips26.claims.skim import RECOVERED_REFERENCES, _arms_at
+
+    full = CONFIGS["full"]
+    assert full["sparsities"] == [0.3, 0.5, 0.7]  # the issue's SmolLM2 sparsities
+    assert len(CLAIM.seeds["full"]) >= 3
+    for s in full["sparsities"]:
+        arms = _arms_at(full, s)
+        assert {"skim", "wanda_kd"} <= set(arms)  # the compared pair runs at every sparsity
+        ran_refs = set(arms) & set(RECOVERED_REFERENCES)
+        in_refs = any(abs(s - r) < 1e-9 for r in full.get("reference_sparsities", full["sparsities"]))
+        assert ran_refs == (set(RECOVERED_REFERENCES) & set(full["arms"]) if in_refs else set()), s
+    assert max(full["sparsities"]) in full["reference_sparsities"]  # the ablations run where the claim bites
+
+
+def test_reference_arms_limited_to_reference_sparsities(tmp_path):
+    from neurips26.claims.skim import plot, run
+
+    cfg = {**CONFIGS["smoke"], "reference_sparsities": [0.9]}
+    res = run(cfg, 0)
+    assert "skim_prune_kd" not in res.metrics["acc_low"] and "skim_prune_kd" in res.metrics["acc_high"]
+    assert set(res.curves["exact_vs_sparsity"]) == set(COMBOS) - {
+        "skim_prune_kd",
+        "wanda_skimkd",
+        "magnitude_kd",
+    }
+    budget = res.info["budget"]
+    assert budget["skim_prune_kd"]["steps"] == budget["skim"]["steps"] == budget["wanda_kd"]["steps"]
+    assert "prune:skim@0.5" in res.info["timings_s"] and "recover:skim@0.9" in res.info["timings_s"]
+    result = {"info": [res.info]}
+    assert all(p.exists() for p in plot(result, tmp_path))

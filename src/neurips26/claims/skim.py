@@ -6,14 +6,18 @@ and a noun (trip, music, message, food synonyms) together name the tool, the arg
 with a distractor value of another tool, mixed with filler words in random order. The output must
 satisfy a JSON schema (``anyOf`` over tools, ``const`` tool name, ``enum`` argument), decoded under
 xgrammar. The teacher is a tiny Llama trained from scratch (smoke / quick) or SmolLM2-135M-Instruct
-LoRA-fine-tuned and merged (full). The teacher is pruned at each sparsity by SKIM, Wanda and
+LoRA-fine-tuned in two cached stages and merged (full). The teacher is pruned at each sparsity by SKIM, Wanda and
 magnitude saliency from the same calibration sequences, recovered by SKIM distillation or token-level
 KD with the same steps, batches and learning rate, and scored by grammar-constrained greedy decoding.
+A profile's ``reference_sparsities`` limits the recovered reference arms (cross ablations, magnitude +
+KD) to those sparsities; ``info.timings_s`` records every phase (teacher, dense scoring, calibration,
+pruning per method, recovery and scoring per arm).
 """
 
 from __future__ import annotations
 
 import copy
+import json
 import random
 import time
 from pathlib import Path
@@ -166,8 +170,11 @@ class SubwordTask:
     def __init__(self, tokenizer, vocab_size: int):
         self.tok, self.vocab_size = tokenizer, vocab_size
         self.pad, self.eos = tokenizer.pad_token_id, tokenizer.eos_token_id
+        self.compiled: JsonSchemaGrammar | None = None
 
     def grammar(self) -> JsonSchemaGrammar:
+        if self.compiled is not None:  # compiling against the 49k-token vocabulary takes seconds
+            return self.compiled
         return JsonSchemaGrammar(
             tool_schema(),
             tokenizer=self.tok,
@@ -194,8 +201,15 @@ def _tool_prefix_len(grammar: JsonSchemaGrammar, output: list[int], call: dict, 
     return len(output)
 
 
-def _train_lm(model, prompts, outputs, *, steps, lr, batch, seed, pad) -> list[float]:
-    """Teacher forcing, cross-entropy on the output tokens only; AdamW, grad clip 1."""
+def _train_lm(model, prompts, outputs, *, steps, lr, batch, seed, pad, bf16=False) -> list[float]:
+    """Teacher forcing, cross-entropy on the output tokens only; AdamW, grad clip 1.
+
+    ``bf16=True`` (the SmolLM2 LoRA fine-tune): the forward runs under CPU bfloat16 autocast (trainable
+    LoRA weights stay fp32) and the output head is applied to the output positions only; about 2x
+    faster on this CPU (AMX) than fp32 over every position. The loss is the same function.
+    """
+    if bf16:
+        return _train_lm_bf16(model, prompts, outputs, steps=steps, lr=lr, batch=batch, seed=seed, pad=pad)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
     gen = torch.Generator().manual_seed(seed)
@@ -210,6 +224,37 @@ def _train_lm(model, prompts, outputs, *, steps, lr, batch, seed, pad) -> list[f
             labels[r, len(p) : len(p) + len(o)] = torch.tensor(o)
         logits = model(input_ids=ids, attention_mask=att).logits
         loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        for g in opt.param_groups:
+            g["lr"] = lr * min(1.0, (step + 1) / max(1, steps // 10)) * (1 - step / steps) ** 0.5
+        opt.step()
+        losses.append(float(loss.detach()))
+    model.eval()
+    return losses
+
+
+def _train_lm_bf16(model, prompts, outputs, *, steps, lr, batch, seed, pad) -> list[float]:
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+    gen = torch.Generator().manual_seed(seed)
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    model.train()
+    losses = []
+    for step in range(steps):
+        idx = torch.randint(0, len(prompts), (batch,), generator=gen).tolist()
+        ps, os_ = [prompts[i] for i in idx], [outputs[i] for i in idx]
+        ids, att = _pad_sequences(ps, os_, pad)
+        labels = torch.full_like(ids, -100)
+        for r, (p, o) in enumerate(zip(ps, os_)):
+            labels[r, len(p) : len(p) + len(o)] = torch.tensor(o)
+        target = labels[:, 1:]
+        sel = target != -100
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            hidden = inner.model(input_ids=ids, attention_mask=att).last_hidden_state
+            logits = inner.lm_head(hidden[:, :-1][sel])
+        loss = F.cross_entropy(logits.float(), target[sel])
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -258,8 +303,36 @@ def _tiny_teacher(cfg: dict, task: WordTask):
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
+#: merged SmolLM2 teachers and their compiled grammars already loaded in this process, by cache key: the
+#: seeds of one run share one frozen teacher, so only the first seed pays for loading, merging and compiling
+_SMOLLM_MEMO: dict[str, tuple] = {}
+
+
+def _smollm_keys(cfg: dict) -> list[dict]:
+    """Cache keys of the LoRA teacher's stages; stage k's key holds every setting of stages 1..k.
+
+    Stage 1 keeps the first recipe's key (fp32, its adapter is already cached); each later stage
+    continues training the previous stage's adapter on fresh requests under bf16 autocast.
+    """
+    keys: list[dict] = []
+    for i, st in enumerate(cfg["teacher_stages"]):
+        if i == 0:
+            key = {"n_train": st["n_train"], "steps": st["steps"], "lr": st["lr"], "r": cfg["lora_r"], "v": 1}
+            if st["batch"] != 16 or st["precision"] != "fp32" or st["data_seed"] != 10_000:
+                key |= {
+                    "batch": st["batch"],
+                    "precision": st["precision"],
+                    "data_seed": st["data_seed"],
+                    "v": 3,
+                }
+        else:
+            key = {"init": keys[-1], **st, "targets": LORA_TARGETS, "alpha": 2 * cfg["lora_r"], "v": 3}
+        keys.append(key)
+    return keys
+
+
 def _smollm_teacher(cfg: dict):
-    """SmolLM2-135M-Instruct + LoRA (peft) fine-tuned on the task and merged; the adapter is cached."""
+    """SmolLM2-135M-Instruct + LoRA (peft) fine-tuned on the task in stages and merged; adapters are cached."""
     from peft import LoraConfig, get_peft_model, get_peft_model_state_dict, set_peft_model_state_dict
 
     from neurips26.common.models import load_pretrained
@@ -269,37 +342,50 @@ def _smollm_teacher(cfg: dict):
     lora = LoraConfig(
         r=cfg["lora_r"], lora_alpha=2 * cfg["lora_r"], lora_dropout=0.0, target_modules=LORA_TARGETS
     )
-    key = {
-        "n_train": cfg["n_train"],
-        "steps": cfg["teacher_steps"],
-        "lr": cfg["teacher_lr"],
-        "r": cfg["lora_r"],
-        "v": 1,
-    }
+    keys = _smollm_keys(cfg)
+    memo_key = json.dumps(keys[-1], sort_keys=True)
+    if memo_key in _SMOLLM_MEMO:
+        return _SMOLLM_MEMO[memo_key]
 
-    def build():
-        base, _ = load_pretrained("smollm2-135m")
-        peft_model = get_peft_model(base, lora)
-        data = make_requests(cfg["n_train"], seed=10_000)
-        losses = _train_lm(
-            peft_model,
-            [task.prompt(w) for w, _ in data],
-            [task.output(c) for _, c in data],
-            steps=cfg["teacher_steps"],
-            lr=cfg["teacher_lr"],
-            batch=cfg["teacher_batch"],
-            seed=0,
-            pad=task.pad,
-        )
-        return {"adapter": get_peft_model_state_dict(peft_model), "final_loss": losses[-1]}
+    entry: dict = {}
+    for i, (st, key) in enumerate(zip(cfg["teacher_stages"], keys)):
+        previous = entry
 
-    entry = cached_object("skim-smollm-lora", key, build)
+        def build(st=st, i=i, previous=previous):
+            base, _ = load_pretrained("smollm2-135m")
+            peft_model = get_peft_model(base, lora)
+            if previous:
+                set_peft_model_state_dict(peft_model, previous["adapter"])
+            data = make_requests(st["n_train"], seed=st["data_seed"])
+            losses = _train_lm(
+                peft_model,
+                [task.prompt(w) for w, _ in data],
+                [task.output(c) for _, c in data],
+                steps=st["steps"],
+                lr=st["lr"],
+                batch=st["batch"],
+                seed=i,
+                pad=task.pad,
+                bf16=st["precision"] == "bf16-autocast",
+            )
+            return {
+                "adapter": get_peft_model_state_dict(peft_model),
+                "final_loss": losses[-1],
+                "losses": losses,
+            }
+
+        # one thread whatever the profile's setting, so a cold rebuild gives the same adapter
+        with torch_threads(1):
+            entry = cached_object("skim-smollm-lora", key, build)
     peft_model = get_peft_model(model, lora)
     set_peft_model_state_dict(peft_model, entry["adapter"])
     merged = peft_model.merge_and_unload().eval()
     for p in merged.parameters():  # peft froze the base weights; pruned students copy them and train
         p.requires_grad_(True)
-    return merged, task, {"teacher_final_loss": entry["final_loss"]}
+    task.compiled = task.grammar()
+    _SMOLLM_MEMO.clear()  # at most one teacher held
+    _SMOLLM_MEMO[memo_key] = (merged, task, {"teacher_final_loss": entry["final_loss"]})
+    return _SMOLLM_MEMO[memo_key]
 
 
 def _score(model, grammar, data, prompts, outputs, tool_k, pad, batch) -> dict[str, float]:
@@ -318,6 +404,20 @@ def _decode_check(model, grammar, prompts, refs, exact_forced, pad, max_new) -> 
     valid = float(np.mean([c is not None for c in calls]))
     agree = float(np.mean([(c == r) == e for c, r, e in zip(calls, refs, exact_forced)]))
     return {"valid": valid, "agree": agree, "tokens_per_s": sum(len(o) for o in outs) / max(seconds, 1e-9)}
+
+
+#: recovered reference arms (the cross ablations and magnitude + KD); ``reference_sparsities`` may limit them
+RECOVERED_REFERENCES = ("skim_prune_kd", "wanda_skimkd", "magnitude_kd")
+
+
+def _arms_at(cfg: dict, sparsity: float) -> list[str]:
+    """The profile's arms run at ``sparsity``: recovered references only at ``reference_sparsities``."""
+    refs = cfg.get("reference_sparsities", cfg["sparsities"])
+    return [
+        a
+        for a in PRUNED_ARMS
+        if a in cfg["arms"] and (a not in RECOVERED_REFERENCES or any(abs(sparsity - r) < 1e-9 for r in refs))
+    ]
 
 
 def _run(config: dict, seed: int) -> SeedResult:
@@ -348,7 +448,10 @@ def _run_inner(cfg: dict, seed: int) -> SeedResult:
     n_dec = cfg["n_decode_check"]
     evaluate = lambda m: _score(m, grammar, test, t_prompts, t_outputs, tool_k, pad, cfg["eval_batch"])  # noqa: E731
 
+    t0 = time.perf_counter()
     dense = evaluate(teacher)
+    timings: dict[str, float] = {"teacher": t_teacher, "dense_eval": time.perf_counter() - t0}
+    t0 = time.perf_counter()
     dense_dec = _decode_check(
         teacher,
         grammar,
@@ -358,6 +461,7 @@ def _run_inner(cfg: dict, seed: int) -> SeedResult:
         pad,
         cfg["max_new_tokens"],
     )
+    timings["dense_decode_check"] = time.perf_counter() - t0
 
     # calibration: greedy constrained teacher outputs; one role-statistics pass serves SKIM and Wanda
     t0 = time.perf_counter()
@@ -368,22 +472,26 @@ def _run_inner(cfg: dict, seed: int) -> SeedResult:
     roles = assign_token_roles(ids, [len(p) for p in c_prompts], grammar, attention_mask=att)
     stats = collect_role_stats(teacher, ids, roles, attention_mask=att, batch_size=cfg["eval_batch"])
     t_calib = time.perf_counter() - t0
+    timings["calibration"] = t_calib
     role_counts = {name: int((roles == i).sum()) for i, name in enumerate(("context", "decision", "format"))}
 
     table: dict[str, dict[str, Any]] = {}
     budget: dict[str, dict[str, Any]] = {}
-    throughput, checks, timings = {}, [dense_dec], {}
+    throughput, checks = {}, [dense_dec]
     sparsity_achieved: dict[str, float] = {}
     teacher_cache: dict = {}  # greedy teacher outputs, shared by every arm (the teacher is frozen)
+    ref_sparsities = cfg.get("reference_sparsities", cfg["sparsities"])
     for s in cfg["sparsities"]:
         row: dict[str, Any] = {}
         pruned = {}
-        arms = [a for a in PRUNED_ARMS if a in cfg["arms"]]
+        arms = _arms_at(cfg, s)
         for method in sorted({COMBOS[a][0] for a in arms}):
+            t0 = time.perf_counter()
             student = copy.deepcopy(teacher)
             result = prune_model(student, stats, s, method)
             pruned[method] = (student, result)
             sparsity_achieved[f"{method}@{s}"] = result.overall
+            timings[f"prune:{method}@{s}"] = time.perf_counter() - t0
         for arm in arms:
             method, recovery = COMBOS[arm]
             t0 = time.perf_counter()
@@ -406,6 +514,7 @@ def _run_inner(cfg: dict, seed: int) -> SeedResult:
                     teacher_cache=teacher_cache,
                 )
                 hist = distiller.fit(batches, cfg["steps"])
+            timings[f"recover:{arm}@{s}"] = time.perf_counter() - t0
             budget[arm] = {
                 "steps": len(hist),
                 "batch": cfg["batch"] if recovery else 0,
@@ -413,7 +522,9 @@ def _run_inner(cfg: dict, seed: int) -> SeedResult:
                 "calibration_prompts": cfg["n_calib"],
                 "params": count_parameters(student),
             }
+            t1 = time.perf_counter()
             score = evaluate(student)
+            timings[f"eval:{arm}@{s}"] = time.perf_counter() - t1
             row[arm] = {"exact": score["exact"], "tool": score["tool"]}
             if hist:
                 row[arm]["final_loss"] = hist[-1]["loss"]
@@ -438,11 +549,15 @@ def _run_inner(cfg: dict, seed: int) -> SeedResult:
 
     low, high = str(min(cfg["sparsities"])), str(max(cfg["sparsities"]))
     arms = [a for a in PRUNED_ARMS if a in cfg["arms"]]
+    everywhere = [a for a in arms if all(a in table[str(s)] for s in cfg["sparsities"])]
     metrics = {
         "acc_dense": {"dense": dense["exact"]},
-        "acc_low": {arm: table[low][arm]["exact"] for arm in arms} | {"dense": dense["exact"]},
-        "acc_high": {arm: table[high][arm]["exact"] for arm in arms} | {"dense": dense["exact"]},
-        "tool_high": {arm: table[high][arm]["tool"] for arm in arms} | {"dense": dense["tool"]},
+        "acc_low": {arm: table[low][arm]["exact"] for arm in arms if arm in table[low]}
+        | {"dense": dense["exact"]},
+        "acc_high": {arm: table[high][arm]["exact"] for arm in arms if arm in table[high]}
+        | {"dense": dense["exact"]},
+        "tool_high": {arm: table[high][arm]["tool"] for arm in arms if arm in table[high]}
+        | {"dense": dense["tool"]},
         "gap_growth": {
             METHOD: (table[high][METHOD]["exact"] - table[high]["wanda_kd"]["exact"])
             - (table[low][METHOD]["exact"] - table[low]["wanda_kd"]["exact"])
@@ -451,11 +566,14 @@ def _run_inner(cfg: dict, seed: int) -> SeedResult:
         "forced_eval_agrees": {METHOD: min(c["agree"] for c in checks)},
     }
     curves = {
-        "exact_vs_sparsity": {arm: [table[str(s)][arm]["exact"] for s in cfg["sparsities"]] for arm in arms},
+        "exact_vs_sparsity": {
+            arm: [table[str(s)][arm]["exact"] for s in cfg["sparsities"]] for arm in everywhere
+        },
     }
     info = {
         "model": cfg["model"],
         "sparsities": list(cfg["sparsities"]),
+        "reference_sparsities": list(ref_sparsities),
         "per_sparsity": table,
         "budget": budget,
         "teacher": tinfo
@@ -480,12 +598,11 @@ def _plot(result: dict, folder: Path) -> list[Path]:
     infos = result["info"]
     sparsities = infos[0]["sparsities"]
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    for arm in [a for a in PRUNED_ARMS if a in infos[0]["per_sparsity"][str(sparsities[0])]]:
-        per_seed = np.array([[i["per_sparsity"][str(s)][arm]["exact"] for s in sparsities] for i in infos])
+    for arm in [a for a in PRUNED_ARMS if any(a in infos[0]["per_sparsity"][str(s)] for s in sparsities)]:
+        xs = [s for s in sparsities if arm in infos[0]["per_sparsity"][str(s)]]
+        per_seed = np.array([[i["per_sparsity"][str(s)][arm]["exact"] for s in xs] for i in infos])
         style = "-" if not arm.endswith("_none") else ":"
-        ax.errorbar(
-            sparsities, per_seed.mean(0), yerr=per_seed.std(0), label=arm, linestyle=style, marker="o"
-        )
+        ax.errorbar(xs, per_seed.mean(0), yerr=per_seed.std(0), label=arm, linestyle=style, marker="o")
     dense = np.mean([i["teacher"]["dense_exact"] for i in infos])
     ax.axhline(dense, color="k", linewidth=0.8, label="dense")
     ax.set_xlabel("sparsity (decoder-block linears, unstructured)")
@@ -532,12 +649,20 @@ CONFIGS = {
         "max_new_tokens": 48,
         "eval_batch": 48,
         "model": "smollm2",
-        "n_train": 2000,
-        "teacher_steps": 48,
-        "teacher_batch": 16,
-        "teacher_lr": 1e-3,
         "lora_r": 8,
-        "arms": ["skim", "wanda_kd", "skim_prune_kd", "wanda_skimkd", "wanda_none"],
+        "teacher_stages": [  # the first recipe (84% on the 32 test items, 71% on 96), then 64 more steps
+            {"n_train": 2000, "steps": 48, "lr": 1e-3, "batch": 16, "precision": "fp32", "data_seed": 10_000},
+            {
+                "n_train": 2000,
+                "steps": 64,
+                "lr": 1.5e-3,
+                "batch": 16,
+                "precision": "bf16-autocast",
+                "data_seed": 10_001,
+            },
+        ],
+        "arms": ["skim", "wanda_kd", "skim_prune_kd", "wanda_skimkd", "skim_none", "wanda_none"],
+        "reference_sparsities": [0.7],  # the cross ablations run at the highest sparsity only (CPU budget)
         "n_test": 32,
         "n_calib": 16,
         "n_decode_check": 4,
@@ -616,20 +741,29 @@ CLAIM = Claim(
         "greedy grammar-constrained decoding reproduces the reference iff the valid-set argmax is right at "
         "every output position, which one forward pass checks; real decoding on a subset confirms it "
         "(forced_eval_agrees) and measures validity and tokens/s. Quick: a 2-layer Llama (hidden 96) trained "
-        "from scratch on a word-level vocabulary, sparsities 0.5 / 0.8, 30 recovery steps, 1 seed. Full: "
-        "SmolLM2-135M-Instruct with a rank-8 LoRA fine-tune (peft, merged), subword roles by xgrammar's "
-        "jump-forward string (forced='bytes'), sparsities 0.3 / 0.5 / 0.7, only 2 recovery steps of 8 "
-        "prompts per arm, 32 test requests, no magnitude or skim-without-recovery arms (CPU budget: one "
-        "recovery step of the 135M model costs ~4-8 CPU-seconds), 3 seeds on one teacher. Quick uses "
-        "sparsities 0.5 / 0.9: at 0.8 Wanda + KD recovered to 0.965 in a first quick run, so the "
-        "high-sparsity regime of the premise did not occur. No multi-step loop; no SparseGPT; no 2:4 run."
+        "from scratch on a word-level vocabulary, sparsities 0.5 / 0.9, 20 recovery steps of 16 prompts, 1 "
+        "seed; 0.9 rather than the spec's 0.8 because at 0.8 Wanda + KD recovered to 0.965 in a first quick "
+        "run, so the high-sparsity regime of the premise did not occur. Full: SmolLM2-135M-Instruct with a "
+        "rank-8 LoRA (alpha 16, every attention and MLP projection; peft, merged), subword roles by "
+        "xgrammar's jump-forward string (forced='bytes'), sparsities 0.3 / 0.5 / 0.7, only 2 recovery steps "
+        "of 8 prompts per recovered arm (lr 1e-4, the same for every arm), 32 test requests, 3 seeds on one "
+        "teacher. Teacher: the first recipe (48 steps of 16 requests, lr 1e-3, fp32) reached only 84% exact "
+        "calls on the 32 test requests (71% on 96), below the 90% premise, because it was undertrained (768 "
+        "requests seen); a second stage continues that adapter for 64 steps of 16 fresh requests (seed "
+        "10001) at lr 1.5e-3 under CPU bfloat16 autocast with the output head on output positions only "
+        "(about 2x cheaper per step on this CPU); the premise threshold and the test set are unchanged. "
+        "Budget (the full profile was estimated at 12-13 min against its 10): the cross ablations "
+        "skim_prune_kd and wanda_skimkd run at the highest sparsity only (reference_sparsities), where the "
+        "claim is decided; skim, wanda_kd and the unrecovered skim_none / wanda_none run at every sparsity; "
+        "the seeds of one process share the loaded, merged teacher and its compiled grammar. No magnitude "
+        "arms in full (a third pruning pass per sparsity). No multi-step loop; no SparseGPT; no 2:4 run."
     ),
     data=(
         "Generated by code: 8 tools (verb create/remove x noun trip/music/message/food), each with a 6-10-value "
         "enum argument; requests of 12-20 words with the tool's verb and noun synonyms, the argument, a "
         "distractor value of another tool and fillers in random order. Teacher training set 3,000 (tiny) / "
-        "2,000 (SmolLM2) requests (seed 10000); fixed test set (seed 20000); calibration and recovery prompts "
-        "drawn per seed."
+        "2,000 + 2,000 (SmolLM2's two stages) requests (seeds 10000, 10001); fixed test set (seed 20000); "
+        "calibration and recovery prompts drawn per seed."
     ),
     plot=_plot,
     glossary={
