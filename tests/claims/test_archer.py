@@ -1,32 +1,20 @@
-"""Archer claim check: structure (arms incl. the SFT reference, premises, headlines, budget),
-finiteness, determinism (also across worker counts); loss-overhead benchmark."""
+"""Archer claim check: structure (arms incl. the SFT reference, premises, headlines, budget);
+loss-overhead benchmark. Generic smoke checks (finiteness, determinism, glossary, plot): test_conformance.py."""
 
 from __future__ import annotations
 
-import math
-
 from neurips26.claims.archer import ARMS, CLAIM, REFERENCE, _run, loss_overhead
-from neurips26.claims.runner import run_claim
 
 
-def test_smoke_structure_and_determinism(tmp_path):
-    first = run_claim("archer", "smoke", out=tmp_path / "a", force=True)
-    second = run_claim("archer", "smoke", out=tmp_path / "b", force=True)
-    assert first["metrics"] == second["metrics"]
+def test_smoke_structure_and_budget(smoke_result):
+    first = smoke_result("archer")
     assert set(CLAIM.arms) == {*ARMS, REFERENCE}
-    for crit in (*CLAIM.premises, *CLAIM.criteria):
-        for arm in crit.arms_used(CLAIM.method):
-            assert arm in first["metrics"][crit.metric], (crit.label, arm)
     for name in ("pass@1", "pass@8", "arith_correct", "final_entropy"):
         assert set(first["metrics"][name]) == {*ARMS, REFERENCE}, name
     for name in ("reward_gain", "reasoning_frac"):
         assert set(first["metrics"][name]) == set(ARMS), name
-    for name, arms in first["metrics"].items():
-        for arm, values in arms.items():
-            assert all(math.isfinite(v) for v in values), (name, arm)
     for name in ("pass@1", "pass@8", "arith_correct"):
         assert all(0.0 <= v <= 1.0 for vals in first["metrics"][name].values() for v in vals)
-    assert set(CLAIM.glossary) >= set(first["metrics"])
     info = first["info"][0]
     assert all(info["arms"][arm]["finite"] for arm in ARMS)
     assert 0.05 <= info["arms"]["archer"]["mean_reasoning_frac"] <= 0.35
@@ -37,7 +25,6 @@ def test_smoke_structure_and_determinism(tmp_path):
     budgets = info["budget"]
     assert set(budgets) == set(ARMS)
     assert len({tuple(sorted((k, str(v)) for k, v in b.items())) for b in budgets.values()}) == 1
-    assert first["premises"] and all(p.get("key") for p in first["premises"])
 
 
 def test_parallel_arms_match_sequential():

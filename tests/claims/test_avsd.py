@@ -1,6 +1,6 @@
-"""AVSD claim check: the arithmetic task and the smoke profile's structure, budgets and determinism."""
+"""AVSD claim check: the arithmetic task and the smoke profile's structure and budgets. Generic smoke checks
+(finiteness, determinism, glossary, plot): test_conformance.py."""
 
-import math
 import re
 
 import pytest
@@ -15,7 +15,6 @@ from neurips26.claims.avsd import (
     step_accuracy,
     tokenizer,
 )
-from neurips26.claims.runner import run_claim
 from neurips26.distill.avsd import build_views
 
 
@@ -50,20 +49,9 @@ def test_problems_checker_and_views():
         problems(10, 0, seed=0)
 
 
-def test_smoke_structure_budget_determinism_and_plot(tmp_path):
-    a = run_claim("avsd", "smoke", out=tmp_path / "a", force=True)
-    b = run_claim("avsd", "smoke", out=tmp_path / "b", force=True)
-    for crit in (*CLAIM.criteria, *CLAIM.premises):
-        for arm in crit.arms_used(CLAIM.method):
-            assert arm in a["metrics"][crit.metric], (crit.label, arm)
+def test_smoke_structure_and_budget(smoke_result):
+    a = smoke_result("avsd")
     assert set(a["metrics"]["avg8"]) == set(CLAIM.arms)
-    for name, arms in a["metrics"].items():
-        if name == "train_s":
-            continue
-        for values in arms.values():
-            assert all(math.isfinite(v) for v in values), name
-    for key in ("avg8", "step_acc", "gate_mean", "jensen_mean", "sign_disagreement", "mechanics_ok"):
-        assert a["metrics"][key] == b["metrics"][key], key
     assert set(CLAIM.glossary) == set(a["metrics"])
     assert a["metrics"]["mechanics_ok"][METHOD] == [1.0]
     assert (
@@ -77,5 +65,3 @@ def test_smoke_structure_budget_determinism_and_plot(tmp_path):
     assert budget[METHOD]["steps"] == CLAIM.configs["smoke"]["steps"]
     best = info["best_single_view"]
     assert a["metrics"]["avg8"]["best_single_view"] == a["metrics"]["avg8"][best]
-    paths = CLAIM.plot(a, tmp_path / "plots")
-    assert paths and all(p.suffix == ".png" and p.stat().st_size > 0 for p in paths)

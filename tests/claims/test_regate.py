@@ -1,27 +1,18 @@
-"""Smoke profile of the REGATE claim check: structure, arms, budgets, causality design checks, determinism."""
+"""Smoke profile of the REGATE claim check: structure, arms, budgets, causality design checks. Generic smoke
+checks (finiteness, determinism, glossary, plot): test_conformance.py."""
 
-import math
-
-from neurips26.claims.base import judge_claim
 from neurips26.claims.regate import ARMS, CLAIM
-from neurips26.claims.runner import run_claim
 
 QUALITY = ("ap_post", "auc_post", "ece_post", "brier_post", "ap_pre")
 
 
-def test_smoke_structure_budget_causality_and_determinism(tmp_path):
-    a = run_claim("regate", "smoke", out=tmp_path / "a", force=True)
-    b = run_claim("regate", "smoke", out=tmp_path / "b", force=True)
-    for crit in (*CLAIM.criteria, *CLAIM.premises):
-        for arm in crit.arms_used(CLAIM.method):
-            assert arm in a["metrics"][crit.metric], (crit.label, arm)
+def test_smoke_structure_budget_and_causality(smoke_result):
+    a = smoke_result("regate")
     for name in QUALITY:
         assert set(a["metrics"][name]) == set(ARMS), name
         for values in a["metrics"][name].values():
-            assert all(math.isfinite(v) and 0 <= v <= 1 for v in values), name
-    assert {k: a["metrics"][k] for k in QUALITY} == {k: b["metrics"][k] for k in QUALITY}
+            assert all(0 <= v <= 1 for v in values), name
     assert set(CLAIM.glossary) == set(a["metrics"])
-    assert a["verdict"] == judge_claim(CLAIM, a["metrics"])["verdict"]
     # REGATE (both backbones) and causal naive injection never move on edited future documents; leaky does
     viol = a["metrics"]["causality_violation"]
     assert viol["regate"] == [0.0] and viol["tgn_regate"] == [0.0] and viol["naive_causal"] == [0.0]

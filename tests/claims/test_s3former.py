@@ -1,27 +1,19 @@
-"""Smoke profile of the S3Former claim check: structure, arms, budgets, determinism, and the testbed premise."""
-
-import math
+"""Smoke profile of the S3Former claim check: structure, arms, budgets, and the testbed premise. Generic smoke
+checks (finiteness, determinism, glossary, plot): test_conformance.py."""
 
 from neurips26.claims.base import judge_claim
-from neurips26.claims.runner import run_claim
 from neurips26.claims.s3former import CLAIM, LEARNED, METHOD, run
 
 ACCURACY = ("ap_random", "ap_historical", "auc_random", "mrr", "ap_inductive")
 
 
-def test_smoke_structure_budget_and_determinism(tmp_path):
-    a = run_claim("s3former", "smoke", out=tmp_path / "a", force=True)
-    b = run_claim("s3former", "smoke", out=tmp_path / "b", force=True)
-    for crit in (*CLAIM.criteria, *CLAIM.premises):
-        for arm in crit.arms_used(CLAIM.method):
-            assert arm in a["metrics"][crit.metric], (crit.label, arm)
+def test_smoke_structure_and_budget(smoke_result):
+    a = smoke_result("s3former")
     for name in ACCURACY:
         assert set(a["metrics"][name]) == {CLAIM.method, *CLAIM.baselines}, name
         for values in a["metrics"][name].values():
-            assert all(math.isfinite(v) and 0 <= v <= 1 for v in values), name
-    assert {k: a["metrics"][k] for k in ACCURACY} == {k: b["metrics"][k] for k in ACCURACY}
+            assert all(0 <= v <= 1 for v in values), name
     assert set(CLAIM.glossary) == set(a["metrics"])
-    assert a["verdict"] == judge_claim(CLAIM, a["metrics"])["verdict"]
     info = a["info"][0]
     budget = info["budget"]
     assert set(budget) == {METHOD, *LEARNED}
