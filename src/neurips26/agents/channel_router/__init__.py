@@ -47,6 +47,12 @@ Router index: embeddings ``E`` (M, D) unit rows; quality ``Q`` (M, |A|) in [0, 1
 ``C`` (M, |A|) >= 0; arm mask (|A|,). ``estimates(prompt)`` -> two (|A|,) arrays;
 ``route_curve(prompts, lams)`` -> (len(lams), len(prompts)) arm indices. Closed forms take a 1-D
 variance vector (N,) with N >= 2.
+
+Scale-out (:mod:`.parallel`): :class:`ConcurrentSampler` issues a channel's ``n`` samples on a thread
+pool with one seed per sample (same completions, same order as sequential calls);
+:class:`OpenAICompletionsSampler` talks to an OpenAI-compatible server; :func:`parallel_evaluate`
+splits the ``(Q, C)`` sweep of :func:`evaluate_arms` into arm blocks over worker processes and
+reproduces it exactly.
 """
 
 from neurips26.agents.channel_router.channels import (
@@ -76,6 +82,11 @@ from neurips26.agents.channel_router.operators import (
     redundant_verification,
     single_shot,
     weighted_vote,
+)
+from neurips26.agents.channel_router.parallel import (
+    ConcurrentSampler,
+    OpenAICompletionsSampler,
+    parallel_evaluate,
 )
 from neurips26.agents.channel_router.router import (
     Arm,
@@ -147,4 +158,7 @@ __all__ = [
     "matched_quality_cost_reduction",
     "matched_cost_quality_gain",
     "time_decisions",
+    "ConcurrentSampler",
+    "OpenAICompletionsSampler",
+    "parallel_evaluate",
 ]
