@@ -20,6 +20,9 @@ Modules
 * :mod:`.surgery` -- controlled surgery (:func:`inject`), AUROC/onset evaluation and the
   counterfactual transition-vs-emission flip rates.
 * :mod:`.synthetic` -- the generated arithmetic chains of thought used by the claim check.
+* :mod:`.parallel` -- the scale-out path: surgery, encoding and detector evaluation over worker
+  processes (:func:`parallel_map`, :func:`surgery_set`, :func:`parallel_detect_all`,
+  :func:`parallel_evaluate_detectors`), equal to the single-process results with per-item seeds.
 
 .. math::
 
@@ -51,6 +54,15 @@ from .detectors import (
     ngram_repetition,
     results_table,
     step_ngram_repetition,
+)
+from .parallel import (
+    SurgeryItem,
+    detector_inputs,
+    item_rng,
+    parallel_detect_all,
+    parallel_evaluate_detectors,
+    parallel_map,
+    surgery_set,
 )
 from .surgery import (
     SurgeryTemplates,
@@ -105,4 +117,11 @@ __all__ = [
     "results_table",
     "step_features",
     "step_ngram_repetition",
+    "SurgeryItem",
+    "detector_inputs",
+    "item_rng",
+    "parallel_detect_all",
+    "parallel_evaluate_detectors",
+    "parallel_map",
+    "surgery_set",
 ]
