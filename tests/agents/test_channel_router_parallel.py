@@ -211,7 +211,7 @@ class _Stub(BaseHTTPRequestHandler):
 @pytest.fixture
 def stub_server():
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Stub)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     yield server
     server.shutdown()
@@ -264,3 +264,20 @@ def test_bad_inputs_raise_clear_errors():
         ConcurrentSampler(lambda p, n, t: ["a", "b"], workers=2)("p", 2, 0.5)
     with pytest.raises(ValueError, match="base_url"):
         OpenAICompletionsSampler("localhost:8000", "m")
+
+
+def test_spawn_workers_with_picklable_server_channels(stub_server):
+    """``spawn`` pickles the channels: library-level samplers (an HTTP client) travel; results match."""
+    url = f"http://127.0.0.1:{stub_server.server_address[1]}"
+    chans = {
+        name: Channel(
+            ConcurrentSampler(OpenAICompletionsSampler(url, name), workers=2), name=name, price_out=p
+        )
+        for name, p in (("cheap", 1.0), ("dear", 3.0))
+    }
+    tasks = [Task(f"question {i}", str(i % 10)) for i in range(4)]
+    arms = [Arm(c, op, b) for c in chans for op, b in (("single", ()), ("sc", (("n", 3),)))]
+    Q0, C0 = evaluate_arms(tasks, arms, chans, seed=1)
+    Qs, Cs = parallel_evaluate(tasks, arms, chans, seed=1, workers=2, start_method="spawn")
+    assert np.array_equal(Q0, Qs) and np.array_equal(C0, Cs)
+    assert 0.0 < Q0.mean() < 1.0
