@@ -661,7 +661,7 @@ CONFIGS = {
                 "data_seed": 10_001,
             },
         ],
-        "arms": ["skim", "wanda_kd", "skim_prune_kd", "wanda_skimkd", "skim_none", "wanda_none"],
+        "arms": ["skim", "wanda_kd", "skim_prune_kd", "wanda_skimkd", "wanda_none"],
         "reference_sparsities": [0.7],  # the cross ablations run at the highest sparsity only (CPU budget)
         "n_test": 32,
         "n_calib": 16,
@@ -754,7 +754,7 @@ CLAIM = Claim(
         "(about 2x cheaper per step on this CPU); the premise threshold and the test set are unchanged. "
         "Budget (the full profile was estimated at 12-13 min against its 10): the cross ablations "
         "skim_prune_kd and wanda_skimkd run at the highest sparsity only (reference_sparsities), where the "
-        "claim is decided; skim, wanda_kd and the unrecovered skim_none / wanda_none run at every sparsity; "
+        "claim is decided; skim, wanda_kd and the unrecovered wanda_none run at every sparsity; "
         "the seeds of one process share the loaded, merged teacher and its compiled grammar. No magnitude "
         "arms in full (a third pruning pass per sparsity). No multi-step loop; no SparseGPT; no 2:4 run."
     ),
