@@ -57,30 +57,21 @@ from __future__ import annotations
 
 import inspect
 import json
-import multiprocessing
 import os
-import pickle
-import sys
 import threading
 import urllib.request
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 
 from neurips26.agents.channel_router.channels import Channel, Task
 from neurips26.agents.channel_router.router import Arm, evaluate_arms
-from neurips26.common.checks import check_choice, check_float, check_int
+from neurips26.common.checks import check_float, check_int
+from neurips26.common.pool import contiguous_spans, map_spans, resolve_start_method
 
 _SEED_SPACE = 2**63 - 1
-
-
-def _start_method(start_method: str | None) -> str:
-    methods = multiprocessing.get_all_start_methods()
-    if start_method is None:
-        return "fork" if "fork" in methods else "spawn"
-    return check_choice("start_method", start_method, tuple(methods))
 
 
 # ------------------------------------------------------------------------------------ concurrent sampling
@@ -255,35 +246,11 @@ class OpenAICompletionsSampler:
 
 
 # ----------------------------------------------------------------------------------- process pool plumbing
-_WORKER: dict[str, Any] = {}
-
-
-def _init_worker(payload: Mapping[str, Any], threads: int) -> None:
-    """Runs once in every worker: keep the payload, pin the thread counts."""
-    os.environ["OMP_NUM_THREADS"] = str(threads)
-    os.environ["MKL_NUM_THREADS"] = str(threads)
-    if "torch" in sys.modules:
-        sys.modules["torch"].set_num_threads(threads)
-    _WORKER.clear()
-    _WORKER.update(payload)
-
-
-def _evaluate_block(block: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
-    w = _WORKER
+def _evaluate_block(w: Mapping[str, Any], block: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
     start, stop = block
     return evaluate_arms(
         w["tasks"], w["arms"][start:stop], w["channels"], w["judge"], w["critic"], w["seed"], **w["kw"]
     )
-
-
-def _check_picklable(payload: Mapping[str, Any], method: str) -> None:
-    try:
-        pickle.dumps(dict(payload))
-    except Exception as err:  # pickling raises several types (PicklingError, AttributeError, TypeError)
-        raise TypeError(
-            f"start_method={method!r} pickles the channels, judge, critic and operators, and they are not "
-            f"picklable ({type(err).__name__}: {err}); use start_method='fork' or module-level callables"
-        ) from None
 
 
 def parallel_evaluate(
@@ -326,7 +293,7 @@ def parallel_evaluate(
     workers = check_int("workers", workers, low=1)
     threads = check_int("threads", threads, low=1)
     seed = check_int("seed", seed, low=0)
-    method = _start_method(start_method)
+    method = resolve_start_method(start_method)
     if isinstance(tasks, (str, bytes)) or not isinstance(tasks, Sequence):
         raise TypeError(f"tasks must be a sequence of Task, got {type(tasks).__name__}")
     tasks, arms = list(tasks), list(arms)
@@ -346,22 +313,16 @@ def parallel_evaluate(
     kw = dict(scorer=scorer, reference_channel=reference_channel, operators=operators)
     if workers == 1 or n_blocks == 1:
         return evaluate_arms(tasks, arms, channels, judge, critic, seed, **kw)
-    edges = np.linspace(0, len(arms), n_blocks + 1).round().astype(int)
-    spans = [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:]) if b > a]
+    spans = contiguous_spans(len(arms), n_blocks)
     payload = dict(tasks=tasks, arms=arms, channels=channels, judge=judge, critic=critic, seed=seed, kw=kw)
-    if method != "fork":
-        _check_picklable(payload, method)
-    ctx = multiprocessing.get_context(method)
+    blocks_out = map_spans(
+        _evaluate_block, spans, payload, workers=workers, threads=threads, start_method=method,
+        what="the channels, judge, critic and operators",
+    )  # fmt: skip
     Q = np.zeros((len(tasks), len(arms)))
     C = np.zeros((len(tasks), len(arms)))
-    with ProcessPoolExecutor(
-        max_workers=min(workers, len(spans)),
-        mp_context=ctx,
-        initializer=_init_worker,
-        initargs=(payload, threads),
-    ) as pool:
-        for (start, stop), (q, c) in zip(spans, pool.map(_evaluate_block, spans)):
-            Q[:, start:stop], C[:, start:stop] = q, c
+    for (start, stop), (q, c) in zip(spans, blocks_out):
+        Q[:, start:stop], C[:, start:stop] = q, c
     return Q, C
 
 

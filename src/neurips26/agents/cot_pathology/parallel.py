@@ -47,19 +47,15 @@ pathology, trajectories when an encoder is given). ``parallel_detect_all`` -> on
 
 from __future__ import annotations
 
-import multiprocessing
-import os
-import pickle
 import random
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import torch
 
-from neurips26.common.checks import check_choice, check_int, check_probability
+from neurips26.common.checks import check_int, check_probability
+from neurips26.common.pool import contiguous_spans, map_spans, resolve_start_method
 from neurips26.common.threads import torch_threads
 
 from .detectors import DetectorConfig, DetectorResult, detect_all
@@ -76,30 +72,12 @@ def item_rng(seed: int, index: int) -> random.Random:
 
 
 # ----------------------------------------------------------------------------------- process pool plumbing
-_WORKER: dict[str, Any] = {}
-
-
-def _init_worker(payload: Mapping[str, Any], threads: int) -> None:
-    os.environ["OMP_NUM_THREADS"] = str(threads)
-    os.environ["MKL_NUM_THREADS"] = str(threads)
-    torch.set_num_threads(threads)
-    _WORKER.clear()
-    _WORKER.update(payload)
-
-
-def _run_chunk(bounds: tuple[int, int]) -> list[Any]:
-    fn, items, seed = _WORKER["fn"], _WORKER["items"], _WORKER["seed"]
+def _run_chunk(w: Mapping[str, Any], bounds: tuple[int, int]) -> list[Any]:
+    fn, items, seed = w["fn"], w["items"], w["seed"]
     start, stop = bounds
     if seed is None:
         return [fn(items[i]) for i in range(start, stop)]
     return [fn(items[i], item_rng(seed, i)) for i in range(start, stop)]
-
-
-def _start_method(start_method: str | None) -> str:
-    methods = multiprocessing.get_all_start_methods()
-    if start_method is None:
-        return "fork" if "fork" in methods else "spawn"
-    return check_choice("start_method", start_method, tuple(methods))
 
 
 def parallel_map(
@@ -142,7 +120,7 @@ def parallel_map(
     threads = check_int("threads", threads, low=1)
     if seed is not None:
         seed = check_int("seed", seed, low=0)
-    method = _start_method(start_method)
+    method = resolve_start_method(start_method)
     n_chunks = min(len(items), 4 * workers if chunks is None else check_int("chunks", chunks, low=1))
     payload = {"fn": fn, "items": items, "seed": seed}
     if workers == 1 or len(items) == 1:
@@ -150,24 +128,17 @@ def parallel_map(
             if seed is None:
                 return [fn(x) for x in items]
             return [fn(x, item_rng(seed, i)) for i, x in enumerate(items)]
-    if method != "fork":
-        try:
-            pickle.dumps(payload)
-        except Exception as err:  # PicklingError, AttributeError or TypeError depending on the object
-            raise TypeError(
-                f"start_method={method!r} pickles fn and items and they are not picklable "
-                f"({type(err).__name__}: {err}); use start_method='fork' or a module-level fn"
-            ) from None
-    edges = np.linspace(0, len(items), n_chunks + 1).round().astype(int)
-    bounds = [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:]) if b > a]
-    ctx = multiprocessing.get_context(method)
-    with ProcessPoolExecutor(
-        max_workers=min(workers, len(bounds)),
-        mp_context=ctx,
-        initializer=_init_worker,
-        initargs=(payload, threads),
-    ) as pool:
-        return [r for chunk in pool.map(_run_chunk, bounds) for r in chunk]
+    bounds = contiguous_spans(len(items), n_chunks)
+    chunks_out = map_spans(
+        _run_chunk,
+        bounds,
+        payload,
+        workers=workers,
+        threads=threads,
+        start_method=method,
+        what="fn and items",
+    )
+    return [r for chunk in chunks_out for r in chunk]
 
 
 # -------------------------------------------------------------------------------------------- surgery set
