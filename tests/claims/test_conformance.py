@@ -36,7 +36,7 @@ WALL_CLOCK = {
     "channel_router": {"decision_ms"},
     "corf": {"queries_per_s", "queries_per_s_umls", "queries_per_s_kinships", "max_speedup", "makespan_s"},
     "dlm_distill": {"train_s", "sampling_steps_per_s"},
-    "gcn_mlp": {"sec_per_epoch", "speedup_*"},
+    "gcn_mlp": {"sec_per_epoch"},
     "sgnnbench": {"sec_per_epoch"},
     "ssd": {"train_s"},
 }
@@ -162,6 +162,8 @@ def test_smoke_run_completes_with_finite_metrics(slug, smoke_result):
     assert result["seeds"] == list(claim.seeds["smoke"])
     n = len(claim.seeds["smoke"])
     for crit in (*claim.premises, *claim.criteria):
+        if crit in claim.premises and crit.metric not in result["metrics"]:
+            continue  # a premise on a task the smoke profile does not run (judged "not measured")
         for arm in crit.arms_used(claim.method):
             assert arm in result["metrics"][crit.metric], (crit.label, arm)
     assert [p["key"] for p in result["premises"]] == [p.label for p in claim.premises]

@@ -349,5 +349,12 @@ CLAIM = Claim(
         "gain_growth": "(FedRevive - arm) final accuracy at the highest concurrency minus the same at the lowest; "
         "reported under the baseline arm's name.",
         "final_accuracy@c=40": "final accuracy at concurrency 40 (centralised: the centralised reference).",
+        # per-level values of the level-averaged metrics, for every concurrency level of any profile
+        **{
+            f"{name}@c={level}": f"{name} at concurrency {level} only (not averaged over levels)."
+            for name in ("final_accuracy", "time_to_target", "auc", "mean_staleness")
+            for level in (2, 5, 40)
+            if f"{name}@c={level}" != "final_accuracy@c=40"
+        },
     },
 )
