@@ -28,6 +28,7 @@ from neurips26.agents.skim import (
     skim_saliency,
     wanda_saliency,
 )
+from neurips26.agents.skim.distill import _pad_sequences
 from neurips26.common.models import build_tiny_lm
 
 TOOLS = {"t0": ["a0", "a1", "a2"], "t1": ["b0", "b1"], "t2": ["c0", "c1", "c2", "c3"]}
@@ -462,3 +463,44 @@ def test_all_reduced_stats_equal_single_process(tmp_path):
     ref.add(x, roles)
     assert torch.equal(got["counts"], ref.counts)
     torch.testing.assert_close(got["sumsq"], ref.sumsq, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("feat_scale", ["absolute", "teacher"])
+def test_feature_term_equals_hand_computation(feat_scale):
+    g = grammar()
+    teacher = tiny(0)
+    student = copy.deepcopy(teacher)
+    res = prune_model(student, None, 0.5, "magnitude")
+    before = copy.deepcopy(student)
+    dist = SKIMDistiller(
+        student, teacher, g, res, lr=1e-2, max_new_tokens=16, seed=1, on_policy=0.0, feat_scale=feat_scale
+    )
+    out = dist.step(PROMPTS)
+    outputs = dist.teacher_outputs(PROMPTS)
+    ids, att = _pad_sequences(PROMPTS, outputs, 0)
+    with torch.no_grad():
+        hs = before(input_ids=ids, attention_mask=att, output_hidden_states=True).hidden_states
+        ht = teacher(input_ids=ids, attention_mask=att, output_hidden_states=True).hidden_states
+    expected = 0.0
+    for ell in dist.feat_layers:
+        err = (hs[ell] - ht[ell]).pow(2).mean(-1)
+        if feat_scale == "teacher":
+            err = err / ht[ell].pow(2).mean(-1)
+        # role means over the whole batch (context weight 0.5, decision 1.0, format 0.0)
+        ctx_all = torch.cat([err[r, : len(p) - 1] for r, p in enumerate(PROMPTS)])
+        dec_all = torch.cat(
+            [
+                err[r, len(p) - 1 : len(p) - 1 + len(o)][g.trace(o)[1] == 1]
+                for r, (p, o) in enumerate(zip(PROMPTS, outputs))
+            ]
+        )
+        expected += 0.5 * float(ctx_all.mean()) + 1.0 * float(dec_all.mean())
+    assert out["feat"] == pytest.approx(expected, rel=1e-4)
+    assert out["feat"] > 0
+
+
+def test_feat_scale_is_checked():
+    g = grammar()
+    teacher = tiny(0)
+    with pytest.raises(ValueError, match="feat_scale"):
+        SKIMDistiller(copy.deepcopy(teacher), teacher, g, PruneResult(masks={}), feat_scale="relative")

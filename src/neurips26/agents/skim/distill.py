@@ -164,6 +164,11 @@ class SKIMDistiller:
     feat_weights : dict, optional
         Feature weights per role (default decision 1.0, context 0.5, format 0.0).
     mu, temperature, on_policy, lr, grad_clip : float
+    feat_scale : {"absolute", "teacher"}
+        ``"absolute"`` (the spec): the feature term averages ``||h_S - h_T||^2 / d`` per position.
+        ``"teacher"``: each position's squared error is divided by the teacher's ``||h_T||^2 / d`` there
+        (relative error), so a few positions with massive activations (pretrained LMs' attention-sink
+        tokens reach mean squares ~1e6) cannot dominate the loss.
     max_new_tokens, pad_token_id, seed : int
     teacher_cache : dict, optional
         Shared memo ``prompt tuple -> greedy teacher output`` (arms distilling from one teacher reuse it).
@@ -189,8 +194,10 @@ class SKIMDistiller:
         pad_token_id: int = 0,
         seed: int = 0,
         teacher_cache: dict | None = None,
+        feat_scale: str = "absolute",
     ):
         self.mode = check_choice("mode", mode, ("skim", "standard"))
+        self.feat_scale = check_choice("feat_scale", feat_scale, ("absolute", "teacher"))
         if not isinstance(masks, PruneResult):
             raise TypeError(f"masks must be a PruneResult, got {type(masks).__name__}")
         vs, vt = (
@@ -288,6 +295,8 @@ class SKIMDistiller:
         if feats:
             for ell in self.feat_layers:
                 diff = (s_out.hidden_states[ell] - t_out.hidden_states[ell]).pow(2).mean(-1)  # [B, L]
+                if self.feat_scale == "teacher":
+                    diff = diff / t_out.hidden_states[ell].pow(2).mean(-1).clamp_min(1e-12)
                 for c in TokenRole:
                     sel = roles == int(c)
                     if self.feat_w[c] > 0 and bool(sel.any()):
