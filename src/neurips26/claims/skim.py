@@ -512,6 +512,7 @@ def _run_inner(cfg: dict, seed: int) -> SeedResult:
                     pad_token_id=pad,
                     seed=seed,
                     teacher_cache=teacher_cache,
+                    feat_scale=cfg.get("feat_scale", "absolute"),
                 )
                 hist = distiller.fit(batches, cfg["steps"])
             timings[f"recover:{arm}@{s}"] = time.perf_counter() - t0
@@ -574,6 +575,7 @@ def _run_inner(cfg: dict, seed: int) -> SeedResult:
         "model": cfg["model"],
         "sparsities": list(cfg["sparsities"]),
         "reference_sparsities": list(ref_sparsities),
+        "feat_scale": cfg.get("feat_scale", "absolute"),
         "per_sparsity": table,
         "budget": budget,
         "teacher": tinfo
