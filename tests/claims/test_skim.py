@@ -99,3 +99,29 @@ def test_reference_arms_limited_to_reference_sparsities(tmp_path):
     assert "prune:skim@0.5" in res.info["timings_s"] and "recover:skim@0.9" in res.info["timings_s"]
     result = {"info": [res.info]}
     assert all(p.exists() for p in plot(result, tmp_path))
+
+
+def test_decode_scoring_equals_forced_scoring_on_the_word_vocabulary():
+    from neurips26.claims.skim import _score, _tiny_teacher, _tool_prefix_len
+
+    cfg = CONFIGS["smoke"]
+    task = WordTask()
+    teacher, _ = _tiny_teacher(cfg, task)
+    g = task.grammar()
+    data = make_requests(32, seed=20_000)
+    prompts = [task.prompt(w) for w, _ in data]
+    outputs = [task.output(c) for _, c in data]
+    tool_k = [_tool_prefix_len(g, o, c, task.separators) for o, c in zip(outputs, [c for _, c in data])]
+    import copy
+
+    from neurips26.agents.skim import prune_model
+
+    for sparsity in (0.0, 0.8):  # the dense teacher and a pruned one that gets some calls wrong
+        model = copy.deepcopy(teacher)
+        if sparsity:
+            prune_model(model, None, sparsity, "magnitude")
+        forced = _score(model, g, data, prompts, outputs, tool_k, task.pad, 16, "forced", 16)
+        decoded = _score(model, g, data, prompts, outputs, tool_k, task.pad, 16, "decode", 16)
+        assert forced == decoded, sparsity  # one tokenization per call: forced scoring is exact
+    assert 0.0 < decoded["exact"] < 1.0
+    assert CONFIGS["full"]["scoring"] == "decode"  # subword vocabulary: several tokenizations per call
