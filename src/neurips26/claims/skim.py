@@ -477,10 +477,12 @@ def _run_inner(cfg: dict, seed: int) -> SeedResult:
 
     t0 = time.perf_counter()
     dense_key = json.dumps([id(teacher), scoring, cfg["n_test"], cfg["max_new_tokens"], cfg["eval_batch"]])
-    if cfg["model"] != "tiny" and dense_key in _DENSE_MEMO:  # same frozen teacher, same fixed test set
+    if cfg["model"] == "tiny":
+        dense = evaluate(teacher)
+    else:  # the memoised SmolLM2 teacher on the fixed test set: the same for every seed
+        if dense_key not in _DENSE_MEMO:
+            _DENSE_MEMO[dense_key] = evaluate(teacher)
         dense = _DENSE_MEMO[dense_key]
-    else:
-        dense = _DENSE_MEMO[dense_key] = evaluate(teacher)
     timings: dict[str, float] = {"teacher": t_teacher, "dense_eval": time.perf_counter() - t0}
     t0 = time.perf_counter()
     dense_dec = _decode_check(
