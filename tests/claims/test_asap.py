@@ -1,12 +1,12 @@
-"""Smoke profile of the asap claim check: structure, arms incl. references, premises, headlines, determinism."""
+"""Smoke profile of the asap claim check: declaration, references, the (rule x attack) table, the
+reachability premise and the heatmap. Generic smoke checks (finiteness, determinism, glossary, plot):
+test_conformance.py."""
 
 from __future__ import annotations
 
-import json
 import math
 
-from neurips26.claims.asap import CLAIM
-from neurips26.claims.runner import run_claim
+from neurips26.claims.asap import ANY_UNDER_FEDAVG, BASELINES, CLAIM
 
 
 def test_declaration_has_premises_headlines_and_labels():
@@ -17,30 +17,26 @@ def test_declaration_has_premises_headlines_and_labels():
     assert CLAIM.references
     assert len(CLAIM.seeds["full"]) >= 3
     assert len(CLAIM.configs["full"]["targets"]) >= 2
+    assert set(CLAIM.configs["full"]["rules"]) == {
+        "fedavg",
+        "krum",
+        "multikrum",
+        "median",
+        "trimmed_mean",
+        "bulyan",
+    }
 
 
-def test_smoke_structure_and_determinism(tmp_path):
-    first = run_claim("asap", "smoke", out=tmp_path / "a", force=True)
-    second = run_claim("asap", "smoke", out=tmp_path / "b", force=True)
-    assert first["slug"] == "asap"
+def test_smoke_table_references_and_reachability(smoke_result, tmp_path):
+    first = smoke_result("asap")
     assert [p["key"] for p in first["premises"]] == [p.label for p in CLAIM.premises]
-    used = {c.metric: c for c in (*CLAIM.criteria, *CLAIM.premises)}
-    for metric, crit in used.items():
-        for arm in crit.arms_used(CLAIM.method):
-            values = first["metrics"][metric][arm]
-            assert len(values) == len(CLAIM.seeds["smoke"])
-            assert all(math.isfinite(v) for v in values)
     for metric in {c.metric for c in CLAIM.criteria}:
         assert set(first["metrics"][metric]) >= {CLAIM.method, *CLAIM.baselines}
     for ref in CLAIM.references:
         assert any(ref in arms for arms in first["metrics"].values())
-    assert first["metrics"] == second["metrics"]
-    assert first["verdict"] == second["verdict"]
-    assert set(CLAIM.glossary) >= set(used)
-    budget = first["info"][0]["budget"] if isinstance(first["info"], list) else first["info"]["budget"]
-    assert set(budget) >= {CLAIM.method, *CLAIM.baselines}
-    json.dumps(first)  # the result is plain JSON
     info = first["info"][0]
+    assert set(info["budget"]) >= {CLAIM.method, *CLAIM.baselines}
+    assert len({str(b) for b in info["budget"].values()}) == 1  # every arm: the same rounds and clients
     rules = CLAIM.configs["smoke"]["rules"]
     table = info["rule_attack_table"]
     assert set(table) == {f"{r}@{t:g}" for r in rules for t in CLAIM.configs["smoke"]["targets"]}
@@ -53,6 +49,10 @@ def test_smoke_structure_and_determinism(tmp_path):
         for k, row in table.items()
         if k.startswith("krum")
     )
+    # the premise's metric is recomputed from the table: some baseline reached some target under FedAvg
+    reached = any(
+        table[k][b]["rounds"] is not None for k in table if k.startswith("fedavg@") for b in BASELINES
+    )
+    assert first["metrics"]["target_reachable"][ANY_UNDER_FEDAVG] == [float(reached)]
     paths = CLAIM.plot(first, tmp_path / "plots")
-    assert paths and all(p.exists() for p in paths)
     assert any("heatmap" in p.name for p in paths)

@@ -26,9 +26,9 @@ from neurips26.registry import get, implemented_slugs, load_claim
 SLUGS = implemented_slugs()
 RESULTS = Path(__file__).resolve().parents[2] / "results" / "full"
 
-# Claims whose modules are being converted elsewhere: they may still set their own thread counts (asap:
-# torch_threads(1) and no "threads" key yet). The integrator converts them and empties this set.
-THREADS_PENDING = {"asap", "skim"}
+# Claims whose modules are being converted elsewhere: they may still set their own thread counts (skim:
+# torch_threads(1) around its cached builds). The integrator converts them and empties this set.
+THREADS_PENDING = {"skim"}
 
 # Wall-clock measurements: excluded from the same-seed comparison only (still finite, still defined).
 WALL_CLOCK = {
