@@ -26,9 +26,8 @@ from neurips26.registry import get, implemented_slugs, load_claim
 SLUGS = implemented_slugs()
 RESULTS = Path(__file__).resolve().parents[2] / "results" / "full"
 
-# Claims whose modules are being converted elsewhere: they may still set their own thread counts (skim:
-# torch_threads(1) around its cached builds). The integrator converts them and empties this set.
-THREADS_PENDING = {"skim"}
+# Claims allowed to set their own thread counts outside config keys while being converted (none left).
+THREADS_PENDING: set[str] = set()
 
 # Wall-clock measurements: excluded from the same-seed comparison only (still finite, still defined).
 WALL_CLOCK = {

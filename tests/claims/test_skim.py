@@ -1,23 +1,16 @@
-"""Smoke profile of the SKIM claim check: structure, arms, finiteness, determinism, equal budgets."""
+"""Smoke profile of the SKIM claim check: structure, arms, equal budgets, achieved sparsity, grammar
+validity. Generic smoke checks (finiteness, determinism, glossary, plot): test_conformance.py."""
 
-import math
-
-from neurips26.claims.runner import run_claim
 from neurips26.claims.skim import CLAIM, COMBOS, CONFIGS, WordTask, make_requests, tool_schema
 
 
-def test_smoke_structure_determinism_and_budget(tmp_path):
-    a = run_claim("skim", "smoke", out=tmp_path / "a", force=True)
-    b = run_claim("skim", "smoke", out=tmp_path / "b", force=True)
+def test_smoke_structure_and_budget(smoke_result):
+    a = smoke_result("skim")
     for crit in (*CLAIM.criteria, *CLAIM.premises):
         for arm in crit.arms_used(CLAIM.method):
             assert arm in a["metrics"][crit.metric], (crit.label, arm)
     for name in ("acc_low", "acc_high", "tool_high"):
         assert set(a["metrics"][name]) == set(COMBOS) | {"dense"}, name
-    for name, arms in a["metrics"].items():
-        for values in arms.values():
-            assert all(math.isfinite(v) for v in values), name
-    assert a["metrics"] == b["metrics"]
     assert set(CLAIM.glossary) == set(a["metrics"])
     info = a["info"][0]
     # every recovered arm got the same steps, batch and lr; unrecovered arms none

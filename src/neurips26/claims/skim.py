@@ -293,7 +293,7 @@ def _tiny_teacher(cfg: dict, task: WordTask):
         )
         return {"state": {k: v.clone() for k, v in model.state_dict().items()}, "final_loss": losses[-1]}
 
-    with torch_threads(1):
+    with torch_threads(cfg["threads_cache"]):
         entry = cached_object("skim-teacher", key, build)
     model = build_tiny_lm("llama", vocab_size=len(task.vocab), seed=0, **arch)
     model.load_state_dict(entry["state"])
@@ -376,8 +376,8 @@ def _smollm_teacher(cfg: dict):
                 "losses": losses,
             }
 
-        # one thread whatever the profile's setting, so a cold rebuild gives the same adapter
-        with torch_threads(1):
+        # its own thread count (1 in every profile), so a cold rebuild gives the same adapter
+        with torch_threads(cfg["threads_cache"]):
             entry = cached_object("skim-smollm-lora", key, build)
     peft_model = get_peft_model(model, lora)
     set_peft_model_state_dict(peft_model, entry["adapter"])
@@ -444,12 +444,7 @@ def _arms_at(cfg: dict, sparsity: float) -> list[str]:
     ]
 
 
-def _run(config: dict, seed: int) -> SeedResult:
-    with torch_threads(config["threads"]):
-        return _run_inner(config, seed)
-
-
-def _run_inner(cfg: dict, seed: int) -> SeedResult:
+def _run(cfg: dict, seed: int) -> SeedResult:
     t_start = time.perf_counter()
     if cfg["model"] == "tiny":
         task = WordTask()
@@ -648,7 +643,13 @@ def _plot(result: dict, folder: Path) -> list[Path]:
 
 
 _TINY_ARCH = {"hidden_size": 96, "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4}
-_COMMON = {"threads": 1, "max_new_tokens": 16, "eval_batch": 100, "arms": list(PRUNED_ARMS)}
+_COMMON = {
+    "threads": 1,
+    "threads_cache": 1,
+    "max_new_tokens": 16,
+    "eval_batch": 100,
+    "arms": list(PRUNED_ARMS),
+}
 CONFIGS = {
     "smoke": {
         **_COMMON,
@@ -682,6 +683,7 @@ CONFIGS = {
     },
     "full": {
         "threads": 2,
+        "threads_cache": 1,
         "max_new_tokens": 48,
         "eval_batch": 48,
         "model": "smollm2",
