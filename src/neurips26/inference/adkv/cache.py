@@ -21,7 +21,6 @@ from typing import Any
 
 import torch
 from transformers import Cache
-from transformers.cache_utils import BaseQuantizedLayer
 
 from neurips26.inference.adkv.outliers import (
     _check_outlier_indices,
@@ -37,6 +36,7 @@ from neurips26.inference.quant import (
     KIVICache,
     QuantizedKVCacheMixin,
     QuantizedTensor,
+    ResidualWindowLayer,
     check_kv_states,
     held_bytes_report,
     pack_bits,
@@ -47,7 +47,7 @@ from neurips26.inference.quant import (
 from neurips26.inference.quant.memory import _measured
 
 
-class ADKVLayer(BaseQuantizedLayer):
+class ADKVLayer(ResidualWindowLayer):
     """One decoder layer's ADKV cache (a ``transformers.cache_utils`` quantised layer).
 
     Keys (and values in ``value_mode="adkv"``) are encoded token by token as they leave the
@@ -297,35 +297,23 @@ class ADKVLayer(BaseQuantizedLayer):
                 out[i, :, h : h + 1] = self.sq._replay(q[i, :, h : h + 1], head, p, head.checkpoints)
         return out
 
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
-        """Append ``[batch, kv_heads, new, head_dim]`` states; return the whole sequence's states.
-
-        The incoming tokens are returned in full precision for the current pass (as in KIVI); tokens
-        beyond the residual window are encoded and returned as reconstructions afterwards.
-        """
+    def _check_update(self, key_states: Any, value_states: Any) -> None:
         check_kv_states(key_states, value_states, self)
         _check_fp16_range(key_states, value_states)
-        if not self.is_initialized:
-            self.lazy_initialization(key_states, value_states)
-        self.cumulative_length += key_states.shape[-2]
-        res_k = torch.cat([self.keys, key_states], dim=-2)
-        res_v = torch.cat([self.values, value_states], dim=-2)
-        if self.encoded_length:
-            dk, dv = self.dequantized_states()
-            out_k, out_v = torch.cat([dk, res_k], dim=-2), torch.cat([dv, res_v], dim=-2)
-        else:
-            out_k, out_v = res_k, res_v
-        if self.config.bits != FULL_PRECISION_BITS:
-            n_enc = res_k.shape[-2] - self.config.residual_length
-            if n_enc > 0:
-                self._encode(res_k[..., :n_enc, :], res_v[..., :n_enc, :])
-                # copy the window out: a view would keep the whole concatenation (the prefill) alive
-                res_k, res_v = res_k[..., n_enc:, :].clone(), res_v[..., n_enc:, :].clone()
-        self.keys, self.values = res_k, res_v
-        return out_k, out_v
 
-    def get_seq_length(self) -> int:
-        return self.cumulative_length
+    def _quantizing(self) -> bool:
+        return self.config.bits != FULL_PRECISION_BITS
+
+    def _has_encoded(self) -> bool:
+        return bool(self.encoded_length)
+
+    def _flush(self, res_k: torch.Tensor, res_v: torch.Tensor) -> int:
+        """Encode every token beyond the last ``residual_length`` (the recurrent stream moves on by them)."""
+        n_enc = res_k.shape[-2] - self.config.residual_length
+        if n_enc <= 0:
+            return 0
+        self._encode(res_k[..., :n_enc, :], res_v[..., :n_enc, :])
+        return n_enc
 
     def reset(self) -> None:
         super().reset()
@@ -352,11 +340,6 @@ class ADKVLayer(BaseQuantizedLayer):
             lambda s: s.index_select(idx, dim=1),
             lambda b: b.index_select(idx),
         )
-
-    def batch_select_indices(self, indices: torch.Tensor) -> None:
-        if indices.dtype == torch.bool:
-            indices = indices.nonzero().flatten()
-        self.reorder_cache(torch.as_tensor(indices))
 
     def batch_repeat_interleave(self, repeats: int) -> None:
         if not self.is_initialized:

@@ -53,12 +53,12 @@ Modules
 - :mod:`.tensors`: :class:`QuantizedTensor`, :func:`quantize_asym`, :func:`dequantize_asym`,
   :func:`quantized_nbytes`, :class:`FullPrecisionBlock`.
 - :mod:`.memory`: :data:`MEMORY_CATEGORIES`, :func:`held_bytes_report`, :func:`kivi_memory_formula`.
-- :mod:`.layer`: :func:`check_kv_states`, :class:`KIVILayer`.
+- :mod:`.layer`: :func:`check_kv_states`, :class:`ResidualWindowLayer` (the residual-window protocol), :class:`KIVILayer`.
 - :mod:`.cache`: :func:`text_config`, :class:`QuantizedKVCacheMixin`, :class:`KIVICache`.
 """
 
 from neurips26.inference.quant.cache import KIVICache, QuantizedKVCacheMixin, text_config
-from neurips26.inference.quant.layer import KIVILayer, check_kv_states
+from neurips26.inference.quant.layer import KIVILayer, ResidualWindowLayer, check_kv_states
 from neurips26.inference.quant.memory import MEMORY_CATEGORIES, held_bytes_report, kivi_memory_formula
 
 # Private, kept importable for neurips26.inference.adkv.cache (imports it from here); the helper
@@ -90,6 +90,7 @@ __all__ = [
     "dequantize_asym",
     "quantized_nbytes",
     "KIVILayer",
+    "ResidualWindowLayer",
     "KIVICache",
     "kivi_memory_formula",
     "text_config",

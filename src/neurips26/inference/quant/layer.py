@@ -58,7 +58,71 @@ def check_kv_states(key_states: Any, value_states: Any, layer: Any = None) -> No
             )
 
 
-class KIVILayer(BaseQuantizedLayer):
+class ResidualWindowLayer(BaseQuantizedLayer):
+    """The residual-window protocol shared by the quantised layers (KIVI, AdaKVQ, ADKV).
+
+    Incoming tokens join a full-precision window (``self.keys``/``self.values``,
+    ``[batch, kv_heads, window, head_dim]``) and are returned exactly for the current pass; tokens that
+    leave the front of the window go to the subclass's quantised store. ``update`` returns the whole
+    sequence: the store's reconstruction followed by the window. Subclasses say how a flush works:
+
+    - :meth:`_quantizing`: whether anything is ever moved out of the window (False at full precision);
+    - :meth:`_has_encoded`: whether the store holds any token yet;
+    - :meth:`_flush`: move a prefix of the given window into the store, return its length (0 for none);
+    - :meth:`_check_update`: argument checks of one ``update`` (default :func:`check_kv_states`).
+
+    ``get_seq_length`` counts every token seen; ``batch_select_indices`` reuses the subclass's
+    ``reorder_cache``.
+    """
+
+    def _quantizing(self) -> bool:
+        raise NotImplementedError
+
+    def _has_encoded(self) -> bool:
+        raise NotImplementedError
+
+    def _flush(self, res_k: torch.Tensor, res_v: torch.Tensor) -> int:
+        raise NotImplementedError
+
+    def _check_update(self, key_states: Any, value_states: Any) -> None:
+        check_kv_states(key_states, value_states, self)
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        """Append ``[batch, kv_heads, new, head_dim]`` states; return the whole sequence's ``(keys, values)``.
+
+        The incoming tokens are returned in full precision for the current pass (as in KIVI); tokens that
+        leave the residual window are quantised and returned as reconstructions afterwards.
+        """
+        self._check_update(key_states, value_states)
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        self.cumulative_length += key_states.shape[-2]
+        res_k = torch.cat([self.keys, key_states], dim=-2)
+        res_v = torch.cat([self.values, value_states], dim=-2)
+        if self._has_encoded():
+            dk, dv = self.dequantized_states()
+            out_k, out_v = torch.cat([dk, res_k], dim=-2), torch.cat([dv, res_v], dim=-2)
+        else:
+            out_k, out_v = res_k, res_v
+        if self._quantizing():
+            start = self._flush(res_k, res_v)
+            if start:  # copy the window out: a view would keep the whole concatenation (the prefill) alive
+                res_k, res_v = res_k[..., start:, :].clone(), res_v[..., start:, :].clone()
+        self.keys, self.values = res_k, res_v
+        return out_k, out_v
+
+    def get_seq_length(self) -> int:
+        return self.cumulative_length
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        if not self.is_initialized:
+            return
+        if indices.dtype == torch.bool:
+            indices = indices.nonzero().flatten()
+        self.reorder_cache(torch.as_tensor(indices, device=self.keys.device))
+
+
+class KIVILayer(ResidualWindowLayer):
     """One decoder layer's KIVI-layout quantised KV cache (block-appendable, full-precision residual).
 
     Keys are quantised per channel over blocks of ``group_size`` tokens (one (scale, zero) per channel
@@ -178,32 +242,20 @@ class KIVILayer(BaseQuantizedLayer):
         v = torch.cat([b.dequantize() for b in self.value_blocks], dim=-2)
         return k, v
 
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
-        """Append new states, return ``(keys, values)`` covering the whole sequence (see class doc)."""
-        check_kv_states(key_states, value_states, self)
-        if not self.is_initialized:
-            self.lazy_initialization(key_states, value_states)
-        self.cumulative_length += key_states.shape[-2]
-        res_k = torch.cat([self.keys, key_states], dim=-2)
-        res_v = torch.cat([self.values, value_states], dim=-2)
-        if self.key_blocks:
-            dk, dv = self.dequantized_states()
-            out_k, out_v = torch.cat([dk, res_k], dim=-2), torch.cat([dv, res_v], dim=-2)
-        else:
-            out_k, out_v = res_k, res_v
-        if self.nbits != FULL_PRECISION_BITS:
-            start = 0
-            while res_k.shape[-2] - start >= self.residual_length + self.group_size:
-                stop = start + self.group_size
-                self._flush_block(res_k[..., start:stop, :], res_v[..., start:stop, :])
-                start = stop
-            if start:  # copy the window out: a view would keep the whole concatenation (the prefill) alive
-                res_k, res_v = res_k[..., start:, :].clone(), res_v[..., start:, :].clone()
-        self.keys, self.values = res_k, res_v
-        return out_k, out_v
+    def _quantizing(self) -> bool:
+        return self.nbits != FULL_PRECISION_BITS
 
-    def get_seq_length(self) -> int:
-        return self.cumulative_length
+    def _has_encoded(self) -> bool:
+        return bool(self.key_blocks)
+
+    def _flush(self, res_k: torch.Tensor, res_v: torch.Tensor) -> int:
+        """Flush whole ``group_size`` blocks while the window would still keep ``residual_length`` tokens."""
+        start = 0
+        while res_k.shape[-2] - start >= self.residual_length + self.group_size:
+            stop = start + self.group_size
+            self._flush_block(res_k[..., start:stop, :], res_v[..., start:stop, :])
+            start = stop
+        return start
 
     def reset(self) -> None:
         super().reset()
@@ -226,14 +278,6 @@ class KIVILayer(BaseQuantizedLayer):
         self.keys = self.keys.index_select(0, beam_idx.to(self.keys.device))
         self.values = self.values.index_select(0, beam_idx.to(self.values.device))
         self._map_blocks(lambda b: b.index_select(beam_idx))
-
-    def batch_select_indices(self, indices: torch.Tensor) -> None:
-        if not self.is_initialized:
-            return
-        if indices.dtype == torch.bool:
-            indices = indices.nonzero().flatten()
-        indices = torch.as_tensor(indices, device=self.keys.device)
-        self.reorder_cache(indices)
 
     def batch_repeat_interleave(self, repeats: int) -> None:
         if not self.is_initialized:
