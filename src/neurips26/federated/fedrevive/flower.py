@@ -34,12 +34,11 @@ from neurips26.federated.faults import split_failed
 from neurips26.federated.fedrevive.simulate import AsyncSimulator, History
 from neurips26.federated.fedrevive.strategies import AsyncStrategy
 from neurips26.federated.fedrevive.updates import ClientSpeedModel, ClientUpdate
-from neurips26.federated.flower.grid import ENGINES, LocalGrid, _simulate
+from neurips26.federated.flower.grid import ENGINES, run_on_engine
 from neurips26.federated.flower.records import (
     StateDict,
     _float_keys,
     from_arrayrecord,
-    local_identity,
     logger,
     quiet_flower,
     to_arrayrecord,
@@ -241,12 +240,7 @@ def run_async(
         sim = AsyncSimulator(GridTransport(grid, strategy), speed, concurrency=concurrency, seed=seed)
         out["history"] = sim.run(strategy.rule, strategy.model, eval_fn, time_budget, max_server_steps)
 
-    with quiet_flower():
-        if engine == "inprocess":
-            with local_identity():
-                main(LocalGrid(client_app, num_nodes))
-        else:
-            _simulate(main, client_app, num_nodes, num_cpus)
+    run_on_engine(main, client_app, num_nodes, engine, num_cpus)
     if "history" not in out:
         raise RuntimeError("the Flower run ended without a result (see the Flower log)")
     return out["history"]

@@ -47,11 +47,11 @@ Modules
   :func:`make_client_app`.
 - :mod:`.robust`: :class:`RobustFedAvg`.
 - :mod:`.grid`: :class:`LocalGrid` and the simulation-engine launcher.
-- :mod:`.runners`: :func:`run_rounds`.
+- :mod:`.runners`: :func:`run_rounds`; :func:`run_on_engine` (in :mod:`.grid`) runs any server main on either engine.
 """
 
 from neurips26.federated.flower.client import ClientSetup, local_sgd, make_client_app, malicious_clients
-from neurips26.federated.flower.grid import LocalGrid
+from neurips26.federated.flower.grid import LocalGrid, run_on_engine
 from neurips26.federated.flower.records import (
     flatten_state,
     from_arrayrecord,
@@ -66,6 +66,7 @@ from neurips26.federated.flower.runners import run_rounds
 __all__ = [
     "ClientSetup",
     "LocalGrid",
+    "run_on_engine",
     "RobustFedAvg",
     "flatten_state",
     "from_arrayrecord",

@@ -14,7 +14,7 @@ from flwr.serverapp import Grid, ServerApp
 
 from neurips26.common.checks import check_choice, check_int
 from neurips26.federated.flower.client import CLIENT_ERRORS
-from neurips26.federated.flower.records import logger
+from neurips26.federated.flower.records import local_identity, logger, quiet_flower
 
 ENGINES = ("inprocess", "simulation")
 
@@ -135,3 +135,20 @@ def _simulate(
     run_simulation(server, client_app, num_supernodes=num_nodes, backend_config=_backend_config(num_cpus))
     if raised:
         raise raised[0]
+
+
+def run_on_engine(
+    server_main: Callable[[Grid], None], client_app: ClientApp, num_nodes: int, engine: str, num_cpus: int = 2
+) -> None:
+    """Run ``server_main(grid)`` against ``num_nodes`` copies of ``client_app`` on the chosen engine.
+
+    ``"inprocess"``: a :class:`LocalGrid` in this process (deterministic, no Ray); ``"simulation"``: Flower's
+    simulation engine (Ray actors, ``num_cpus`` CPUs). Flower's INFO logging is silenced either way.
+    """
+    check_choice("engine", engine, ENGINES)
+    with quiet_flower():
+        if engine == "inprocess":
+            with local_identity():
+                server_main(LocalGrid(client_app, num_nodes))
+        else:
+            _simulate(server_main, client_app, num_nodes, num_cpus)

@@ -12,12 +12,10 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import FedAvg
 
 from neurips26.common.checks import check_choice, check_int
-from neurips26.federated.flower.grid import ENGINES, LocalGrid, _simulate
+from neurips26.federated.flower.grid import ENGINES, run_on_engine
 from neurips26.federated.flower.records import (
     StateDict,
     from_arrayrecord,
-    local_identity,
-    quiet_flower,
     to_arrayrecord,
 )
 
@@ -74,12 +72,7 @@ def run_rounds(
                              evaluate_fn=eval_cb)  # fmt: skip
         out["state"] = from_arrayrecord(res.arrays)
 
-    with quiet_flower():
-        if engine == "inprocess":
-            with local_identity():
-                main(LocalGrid(client_app, num_nodes))
-        else:
-            _simulate(main, client_app, num_nodes, num_cpus)
+    run_on_engine(main, client_app, num_nodes, engine, num_cpus)
     if "state" not in out:
         raise RuntimeError("the Flower run ended without a result (see the Flower log)")
     return RoundsResult(out["state"], rows)
