@@ -374,6 +374,20 @@ QUICK_BUDGET = 2_000
 EVAL_ITEMS = {"smoke": 16, "quick": 64, "full": 128}
 #: Quick profile: fewer evaluation episodes (8 per RL layout, 1 per held-out layout).
 QUICK_EVAL = {"eval_episodes": 8, "heldout_episodes": 1}
+#: the smoke profile's reductions, shared by the claims on this harness (rewardflow, aem)
+SMOKE = {
+    "n_train": 8,
+    "n_test": 4,
+    "bc_steps": 20,
+    "bc_episodes": 2,
+    "n_rl_layouts": 4,
+    "env_step_budget": 40,
+    "group_size": 2,
+    "model": SMOKE_MODEL,
+    "eval_episodes": 4,
+    "heldout_episodes": 1,
+    "workers": 1,
+}
 
 CLAIM = Claim(
     slug="rewardflow",
@@ -432,20 +446,7 @@ CLAIM = Claim(
     items={"train_success": EVAL_ITEMS, "heldout_success": EVAL_ITEMS},
     run=run,
     configs={
-        "smoke": {
-            **COMMON,
-            "n_train": 8,
-            "n_test": 4,
-            "bc_steps": 20,
-            "bc_episodes": 2,
-            "n_rl_layouts": 4,
-            "env_step_budget": 40,
-            "group_size": 2,
-            "model": SMOKE_MODEL,
-            "eval_episodes": 4,
-            "heldout_episodes": 1,
-            "workers": 1,
-        },
+        "smoke": {**COMMON, **SMOKE},
         "quick": {**COMMON, **QUICK_EVAL, "env_step_budget": QUICK_BUDGET},
         "full": {**COMMON, "env_step_budget": FULL_BUDGET, "measure_ray": True},
     },
