@@ -45,7 +45,7 @@ def test_task_references_satisfy_the_schema():
 
 
 def test_teacher_cache_keys_cover_every_teacher_setting():
-    from neurips26.claims.skim import _smollm_keys
+    from neurips26.claims.skim.teachers import _smollm_keys
 
     full = CONFIGS["full"]
     keys = _smollm_keys(full)

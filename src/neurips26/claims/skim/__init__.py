@@ -18,17 +18,13 @@ from __future__ import annotations
 
 import copy
 import json
-import random
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
-import torch.nn.functional as F
 
 from neurips26.agents.skim import (
-    JsonSchemaGrammar,
     SKIMDistiller,
     assign_token_roles,
     collect_role_stats,
@@ -39,9 +35,21 @@ from neurips26.agents.skim import (
 from neurips26.agents.skim.distill import _pad_sequences
 from neurips26.claims.base import AtLeast, Better, Claim, Exact, Headline, SeedResult
 from neurips26.claims.plotting import pyplot, save_figure
-from neurips26.common.cache import cached_object
-from neurips26.common.models import build_tiny_lm, count_parameters
-from neurips26.common.threads import torch_threads
+from neurips26.claims.skim.task import (
+    SubwordTask,
+    WordTask,
+    _tool_prefix_len,
+    call_text,
+    make_requests,
+    tool_schema,
+    tool_values,
+)
+from neurips26.claims.skim.teachers import (
+    _DENSE_MEMO,
+    _smollm_teacher,
+    _tiny_teacher,
+)
+from neurips26.common.models import count_parameters
 
 METHOD = "skim"
 BASELINES = ("wanda_kd",)
@@ -66,329 +74,6 @@ COMBOS = {
     "magnitude_none": ("magnitude", None),
 }
 PRUNED_ARMS = tuple(COMBOS)
-
-VERBS = {"create": ("book", "start", "make"), "remove": ("cancel", "stop", "drop")}
-NOUNS = {
-    "trip": ("trip", "flight"),
-    "music": ("song", "music"),
-    "message": ("message", "note"),
-    "food": ("food", "meal"),
-}
-TOOLS = {
-    ("create", "trip"): ("book_trip", "paris rome oslo lima cairo tokyo delhi quito"),
-    ("remove", "trip"): ("cancel_trip", "monday tuesday wednesday thursday friday saturday"),
-    ("create", "music"): ("play_music", "jazz rock blues funk opera disco reggae"),
-    ("remove", "music"): ("stop_music", "kitchen bedroom garage office garden hallway patio attic"),
-    ("create", "message"): ("send_message", "alice bob carol dave erin frank grace heidi ivan"),
-    ("remove", "message"): ("delete_message", "spam drafts inbox archive trash outbox"),
-    ("create", "food"): ("order_food", "pizza sushi tacos curry ramen salad bagel pasta noodles burger"),
-    ("remove", "food"): ("cancel_food", "lunch dinner breakfast brunch snack dessert"),
-}
-FILLER = (
-    "please now kindly the my for today quickly thanks could you a some right away me to with later soon "
-    "hey ok also maybe just"
-).split()
-
-
-def tool_values() -> dict[str, list[str]]:
-    return {name: values.split() for name, values in TOOLS.values()}
-
-
-def tool_schema() -> dict:
-    """JSON schema of a call: one object per tool with its ``const`` name and ``enum`` argument."""
-    return {
-        "anyOf": [
-            {
-                "type": "object",
-                "properties": {"tool": {"const": t}, "arg": {"enum": vs}},
-                "required": ["tool", "arg"],
-                "additionalProperties": False,
-            }
-            for t, vs in tool_values().items()
-        ]
-    }
-
-
-def make_requests(n: int, seed: int) -> list[tuple[list[str], dict[str, str]]]:
-    """``n`` (words, reference call) pairs; seeded."""
-    rng = random.Random(seed)
-    keys = list(TOOLS)
-    values = tool_values()
-    out = []
-    for _ in range(n):
-        kind, noun = keys[rng.randrange(len(keys))]
-        tool, _ = TOOLS[(kind, noun)]
-        arg = rng.choice(values[tool])
-        other = rng.choice([t for t in values if t != tool])
-        words = [rng.choice(VERBS[kind]), rng.choice(NOUNS[noun]), arg, rng.choice(values[other])]
-        length = rng.randint(12, 20)
-        words += [rng.choice(FILLER) for _ in range(length - len(words))]
-        rng.shuffle(words)
-        out.append((words, {"tool": tool, "arg": arg}))
-    return out
-
-
-def call_text(call: dict[str, str], separators: tuple[str, str]) -> str:
-    item, key = separators
-    return "{" + f'"tool"{key}"{call["tool"]}"{item}"arg"{key}"{call["arg"]}"' + "}"
-
-
-class WordTask:
-    """Word-level vocabulary of the tiny model: specials, prompt words, JSON pieces."""
-
-    separators = (",", ":")
-    pad, bos, eos = 0, 1, 2
-
-    def __init__(self):
-        words = sorted(
-            {w for v in VERBS.values() for w in v} | {w for v in NOUNS.values() for w in v} | set(FILLER)
-        )
-        words += sorted({v for vs in tool_values().values() for v in vs})
-        json_pieces = ["{", "}", ":", ",", '"tool"', '"arg"'] + [f'"{t}"' for t in tool_values()]
-        json_pieces += [f'"{v}"' for vs in tool_values().values() for v in vs]
-        self.vocab = ["<pad>", "<s>", "</s>", "<unk>", "call>"] + words + json_pieces
-        self.index = {w: i for i, w in enumerate(self.vocab)}
-
-    def grammar(self) -> JsonSchemaGrammar:
-        return JsonSchemaGrammar(
-            tool_schema(), vocab=self.vocab, eos_token_id=self.eos, separators=self.separators
-        )
-
-    def prompt(self, words: list[str]) -> list[int]:
-        return [self.bos] + [self.index[w] for w in words] + [self.index["call>"]]
-
-    def output(self, call: dict[str, str]) -> list[int]:
-        pieces = ["{", '"tool"', ":", f'"{call["tool"]}"', ",", '"arg"', ":", f'"{call["arg"]}"', "}"]
-        return [self.index[p] for p in pieces] + [self.eos]
-
-
-class SubwordTask:
-    """SmolLM2 tokenizer: prompt ``Request: <words>\\nCall: ``, output the JSON text + eos."""
-
-    separators = (", ", ": ")
-
-    def __init__(self, tokenizer, vocab_size: int):
-        self.tok, self.vocab_size = tokenizer, vocab_size
-        self.pad, self.eos = tokenizer.pad_token_id, tokenizer.eos_token_id
-        self.compiled: JsonSchemaGrammar | None = None
-
-    def grammar(self) -> JsonSchemaGrammar:
-        if self.compiled is not None:  # compiling against the 49k-token vocabulary takes seconds
-            return self.compiled
-        return JsonSchemaGrammar(
-            tool_schema(),
-            tokenizer=self.tok,
-            vocab_size=self.vocab_size,
-            separators=self.separators,
-            forced="bytes",
-        )
-
-    def prompt(self, words: list[str]) -> list[int]:
-        return self.tok("Request: " + " ".join(words) + "\nCall: ", add_special_tokens=False)["input_ids"]
-
-    def output(self, call: dict[str, str]) -> list[int]:
-        return self.tok(call_text(call, self.separators), add_special_tokens=False)["input_ids"] + [self.eos]
-
-
-def _tool_prefix_len(grammar: JsonSchemaGrammar, output: list[int], call: dict, separators) -> int:
-    """Smallest k whose first k output tokens cover the tool value (tool accuracy scores those positions)."""
-    target = len(('{"tool"' + separators[1] + '"' + call["tool"] + '"').encode())
-    n = 0
-    for k, tok in enumerate(output, 1):
-        n += len(grammar.token_bytes[tok])
-        if n >= target:
-            return k
-    return len(output)
-
-
-def _train_lm(model, prompts, outputs, *, steps, lr, batch, seed, pad, bf16=False) -> list[float]:
-    """Teacher forcing, cross-entropy on the output tokens only; AdamW, grad clip 1.
-
-    ``bf16=True`` (the SmolLM2 LoRA fine-tune): the forward runs under CPU bfloat16 autocast (trainable
-    LoRA weights stay fp32) and the output head is applied to the output positions only; about 2x
-    faster on this CPU (AMX) than fp32 over every position. The loss is the same function.
-    """
-    if bf16:
-        return _train_lm_bf16(model, prompts, outputs, steps=steps, lr=lr, batch=batch, seed=seed, pad=pad)
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
-    gen = torch.Generator().manual_seed(seed)
-    model.train()
-    losses = []
-    for step in range(steps):
-        idx = torch.randint(0, len(prompts), (batch,), generator=gen).tolist()
-        ps, os_ = [prompts[i] for i in idx], [outputs[i] for i in idx]
-        ids, att = _pad_sequences(ps, os_, pad)
-        labels = torch.full_like(ids, -100)
-        for r, (p, o) in enumerate(zip(ps, os_)):
-            labels[r, len(p) : len(p) + len(o)] = torch.tensor(o)
-        logits = model(input_ids=ids, attention_mask=att).logits
-        loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        for g in opt.param_groups:
-            g["lr"] = lr * min(1.0, (step + 1) / max(1, steps // 10)) * (1 - step / steps) ** 0.5
-        opt.step()
-        losses.append(float(loss.detach()))
-    model.eval()
-    return losses
-
-
-def _train_lm_bf16(model, prompts, outputs, *, steps, lr, batch, seed, pad) -> list[float]:
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
-    gen = torch.Generator().manual_seed(seed)
-    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
-    model.train()
-    losses = []
-    for step in range(steps):
-        idx = torch.randint(0, len(prompts), (batch,), generator=gen).tolist()
-        ps, os_ = [prompts[i] for i in idx], [outputs[i] for i in idx]
-        ids, att = _pad_sequences(ps, os_, pad)
-        labels = torch.full_like(ids, -100)
-        for r, (p, o) in enumerate(zip(ps, os_)):
-            labels[r, len(p) : len(p) + len(o)] = torch.tensor(o)
-        target = labels[:, 1:]
-        sel = target != -100
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            hidden = inner.model(input_ids=ids, attention_mask=att).last_hidden_state
-            logits = inner.lm_head(hidden[:, :-1][sel])
-        loss = F.cross_entropy(logits.float(), target[sel])
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        for g in opt.param_groups:
-            g["lr"] = lr * min(1.0, (step + 1) / max(1, steps // 10)) * (1 - step / steps) ** 0.5
-        opt.step()
-        losses.append(float(loss.detach()))
-    model.eval()
-    return losses
-
-
-def _tiny_teacher(cfg: dict, task: WordTask):
-    arch = dict(cfg["arch"])
-    key = {
-        "arch": arch,
-        "n_train": cfg["n_train"],
-        "steps": cfg["teacher_steps"],
-        "lr": cfg["teacher_lr"],
-        "v": 1,
-    }
-
-    def build():
-        data = make_requests(cfg["n_train"], seed=10_000)
-        model = build_tiny_lm("llama", vocab_size=len(task.vocab), seed=0, **arch)
-        prompts = [task.prompt(w) for w, _ in data]
-        outputs = [task.output(c) for _, c in data]
-        losses = _train_lm(
-            model,
-            prompts,
-            outputs,
-            steps=cfg["teacher_steps"],
-            lr=cfg["teacher_lr"],
-            batch=64,
-            seed=0,
-            pad=task.pad,
-        )
-        return {"state": {k: v.clone() for k, v in model.state_dict().items()}, "final_loss": losses[-1]}
-
-    with torch_threads(cfg["threads_cache"]):
-        entry = cached_object("skim-teacher", key, build)
-    model = build_tiny_lm("llama", vocab_size=len(task.vocab), seed=0, **arch)
-    model.load_state_dict(entry["state"])
-    return model.eval(), {"teacher_final_loss": entry["final_loss"]}
-
-
-LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-
-
-#: merged SmolLM2 teachers and their compiled grammars already loaded in this process, by cache key: the
-#: seeds of one run share one frozen teacher, so only the first seed pays for loading, merging and compiling
-_SMOLLM_MEMO: dict[str, tuple] = {}
-#: the memoised teacher's score on the fixed test set (seed-independent)
-_DENSE_MEMO: dict[str, dict] = {}
-
-
-def _smollm_keys(cfg: dict) -> list[dict]:
-    """Cache keys of the LoRA teacher's stages; stage k's key holds every setting of stages 1..k.
-
-    Stage 1 keeps the first recipe's key (fp32, its adapter is already cached); each later stage
-    continues training the previous stage's adapter on fresh requests under bf16 autocast.
-    """
-    keys: list[dict] = []
-    for i, st in enumerate(cfg["teacher_stages"]):
-        if i == 0:
-            key = {"n_train": st["n_train"], "steps": st["steps"], "lr": st["lr"], "r": cfg["lora_r"], "v": 1}
-            if st["batch"] != 16 or st["precision"] != "fp32" or st["data_seed"] != 10_000:
-                key |= {
-                    "batch": st["batch"],
-                    "precision": st["precision"],
-                    "data_seed": st["data_seed"],
-                    "v": 3,
-                }
-        else:
-            key = {"init": keys[-1], **st, "targets": LORA_TARGETS, "alpha": 2 * cfg["lora_r"], "v": 3}
-        keys.append(key)
-    return keys
-
-
-def _smollm_teacher(cfg: dict):
-    """SmolLM2-135M-Instruct + LoRA (peft) fine-tuned on the task in stages and merged; adapters are cached."""
-    from peft import LoraConfig, get_peft_model, get_peft_model_state_dict, set_peft_model_state_dict
-
-    from neurips26.common.models import load_pretrained
-
-    model, tok = load_pretrained("smollm2-135m")
-    task = SubwordTask(tok, model.config.vocab_size)
-    lora = LoraConfig(
-        r=cfg["lora_r"], lora_alpha=2 * cfg["lora_r"], lora_dropout=0.0, target_modules=LORA_TARGETS
-    )
-    keys = _smollm_keys(cfg)
-    memo_key = json.dumps(keys[-1], sort_keys=True)
-    if memo_key in _SMOLLM_MEMO:
-        return _SMOLLM_MEMO[memo_key]
-
-    entry: dict = {}
-    for i, (st, key) in enumerate(zip(cfg["teacher_stages"], keys)):
-        previous = entry
-
-        def build(st=st, i=i, previous=previous):
-            base, _ = load_pretrained("smollm2-135m")
-            peft_model = get_peft_model(base, lora)
-            if previous:
-                set_peft_model_state_dict(peft_model, previous["adapter"])
-            data = make_requests(st["n_train"], seed=st["data_seed"])
-            losses = _train_lm(
-                peft_model,
-                [task.prompt(w) for w, _ in data],
-                [task.output(c) for _, c in data],
-                steps=st["steps"],
-                lr=st["lr"],
-                batch=st["batch"],
-                seed=i,
-                pad=task.pad,
-                bf16=st["precision"] == "bf16-autocast",
-            )
-            return {
-                "adapter": get_peft_model_state_dict(peft_model),
-                "final_loss": losses[-1],
-                "losses": losses,
-            }
-
-        # its own thread count (1 in every profile), so a cold rebuild gives the same adapter
-        with torch_threads(cfg["threads_cache"]):
-            entry = cached_object("skim-smollm-lora", key, build)
-    peft_model = get_peft_model(model, lora)
-    set_peft_model_state_dict(peft_model, entry["adapter"])
-    merged = peft_model.merge_and_unload().eval()
-    for p in merged.parameters():  # peft froze the base weights; pruned students copy them and train
-        p.requires_grad_(True)
-    task.compiled = task.grammar()
-    _SMOLLM_MEMO.clear()  # at most one teacher held
-    _DENSE_MEMO.clear()
-    _SMOLLM_MEMO[memo_key] = (merged, task, {"teacher_final_loss": entry["final_loss"]})
-    return _SMOLLM_MEMO[memo_key]
 
 
 def _score(model, grammar, data, prompts, outputs, tool_k, pad, batch, scoring="forced", max_new=48) -> dict:
@@ -842,3 +527,20 @@ def run(config: dict, seed: int) -> SeedResult:
 def plot(result: dict, folder: Path) -> list[Path]:
     """Accuracy-against-sparsity curves of every arm."""
     return _plot(result, folder)
+
+
+__all__ = [
+    "BASELINES",
+    "CLAIM",
+    "COMBOS",
+    "CONFIGS",
+    "METHOD",
+    "SubwordTask",
+    "WordTask",
+    "call_text",
+    "make_requests",
+    "plot",
+    "run",
+    "tool_schema",
+    "tool_values",
+]
