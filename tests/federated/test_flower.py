@@ -254,3 +254,12 @@ def test_async_wiring_old_path_warns_and_resolves_to_the_new_one():
             assert getattr(old, name) is getattr(new, name)
     with pytest.raises(AttributeError):
         old.no_such_name  # noqa: B018
+
+
+def test_run_on_engine_rejects_unknown_engine_before_running():
+    from neurips26.federated.flower import run_on_engine
+
+    calls = []
+    with pytest.raises(ValueError, match="engine"):
+        run_on_engine(lambda grid: calls.append(grid), None, 2, "threads")
+    assert calls == []
