@@ -14,6 +14,7 @@ from neurips26.inference.adakvq.allocate import BitController, allocate_kv_bits
 from neurips26.inference.adakvq.config import AdaKVQConfig, _rung_cost
 from neurips26.inference.adakvq.memory import adakvq_memory_formula
 from neurips26.inference.quant import KIVILayer, QuantizedKVCacheMixin, check_bits, text_config
+from neurips26.inference.quant.layer import resolve_decode_mode
 
 
 class AdaKVQLayer(KIVILayer):
@@ -25,11 +26,21 @@ class AdaKVQLayer(KIVILayer):
     """
 
     def __init__(
-        self, layer_idx: int, controller: BitController, config: AdaKVQConfig, keep_dequantized: bool = False
+        self,
+        layer_idx: int,
+        controller: BitController,
+        config: AdaKVQConfig,
+        keep_dequantized: bool = False,
+        decode_mode: str | None = None,
     ):
         base = controller.base_bits[layer_idx]
         super().__init__(
-            base, config.group_size, config.residual_length, config.value_group_size, keep_dequantized
+            base,
+            config.group_size,
+            config.residual_length,
+            config.value_group_size,
+            keep_dequantized,
+            decode_mode=decode_mode,
         )
         self.layer_idx = layer_idx
         self.controller = controller
@@ -71,6 +82,10 @@ class AdaKVQCache(QuantizedKVCacheMixin, Cache):
         Override of the static allocation (value bit-widths; keys follow the ladder).
     keep_dequantized : bool
         See :class:`~neurips26.inference.quant.KIVILayer`.
+    decode_mode : {"stream", "compiled", "mirror", "reference"} or None
+        See :class:`~neurips26.inference.quant.KIVILayer`: blocks of mixed bit-widths live in one
+        contiguous buffer per bit-width and are dequantised in one pass per bit-width; every mode returns
+        the same bits.
     """
 
     def __init__(
@@ -81,8 +96,10 @@ class AdaKVQCache(QuantizedKVCacheMixin, Cache):
         tracker: AADTracker | None = None,
         base_bits: Sequence[int] | None = None,
         keep_dequantized: bool = False,
+        decode_mode: str | None = None,
     ):
         config = text_config(config)
+        resolve_decode_mode(decode_mode, keep_dequantized)
         quant = AdaKVQConfig() if quant is None else quant
         if not isinstance(quant, AdaKVQConfig):
             raise TypeError(f"quant must be an AdaKVQConfig, got {type(quant).__name__}")
@@ -106,7 +123,9 @@ class AdaKVQCache(QuantizedKVCacheMixin, Cache):
             raise ValueError(f"base_bits must hold {n_layers} values from {quant.bits}")
         self.quant = quant
         self.controller = BitController(quant, base_bits, profile, tracker)
-        layers = [AdaKVQLayer(i, self.controller, quant, keep_dequantized) for i in range(n_layers)]
+        layers = [
+            AdaKVQLayer(i, self.controller, quant, keep_dequantized, decode_mode) for i in range(n_layers)
+        ]
         super().__init__(layers=layers)
 
     def held_tensors(self) -> list[tuple[str, torch.Tensor]]:

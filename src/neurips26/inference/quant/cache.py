@@ -8,7 +8,7 @@ import torch
 from transformers import Cache
 
 from neurips26.common.checks import check_choice, check_int
-from neurips26.inference.quant.layer import KIVILayer
+from neurips26.inference.quant.layer import KIVILayer, resolve_decode_mode
 from neurips26.inference.quant.memory import _measured, held_bytes_report
 
 
@@ -88,8 +88,9 @@ class KIVICache(QuantizedKVCacheMixin, Cache):
     ----------
     config : PretrainedConfig
         The model config (``num_hidden_layers``; full-attention layers only).
-    nbits, group_size, residual_length, value_group_size, keep_dequantized, meta_dtype
-        See :class:`KIVILayer`.
+    nbits, group_size, residual_length, value_group_size, keep_dequantized, meta_dtype, decode_mode
+        See :class:`KIVILayer` (``decode_mode``: ``"stream"`` default, ``"compiled"``, ``"mirror"``,
+        ``"reference"``; all return the same bits).
     """
 
     def __init__(
@@ -101,8 +102,10 @@ class KIVICache(QuantizedKVCacheMixin, Cache):
         value_group_size: int | None = None,
         keep_dequantized: bool = False,
         meta_dtype: torch.dtype = torch.float16,
+        decode_mode: str | None = None,
     ):
         config = text_config(config)
+        resolve_decode_mode(decode_mode, keep_dequantized)
         check_choice("meta_dtype", meta_dtype, (torch.float16, torch.bfloat16, torch.float32))
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         if value_group_size is not None:
@@ -110,7 +113,15 @@ class KIVICache(QuantizedKVCacheMixin, Cache):
             if head_dim % value_group_size:
                 raise ValueError(f"value_group_size ({value_group_size}) must divide head_dim ({head_dim})")
         layers = [
-            KIVILayer(nbits, group_size, residual_length, value_group_size, keep_dequantized, meta_dtype)
+            KIVILayer(
+                nbits,
+                group_size,
+                residual_length,
+                value_group_size,
+                keep_dequantized,
+                meta_dtype,
+                decode_mode,
+            )
             for _ in range(config.num_hidden_layers)
         ]
         super().__init__(layers=layers)

@@ -10,7 +10,10 @@ from transformers.cache_utils import BaseQuantizedLayer
 from neurips26.common.checks import check_int
 from neurips26.inference.quant.memory import _measured, held_bytes_report
 from neurips26.inference.quant.packing import FULL_PRECISION_BITS, check_bits
+from neurips26.inference.quant.store import BlockStore, GrowableSequence
 from neurips26.inference.quant.tensors import FullPrecisionBlock, quantize_asym
+
+DECODE_MODES = ("stream", "compiled", "mirror", "reference")
 
 
 def check_kv_states(key_states: Any, value_states: Any, layer: Any = None) -> None:
@@ -87,6 +90,13 @@ class ResidualWindowLayer(BaseQuantizedLayer):
     def _check_update(self, key_states: Any, value_states: Any) -> None:
         check_kv_states(key_states, value_states, self)
 
+    def _output(self, res_k: torch.Tensor, res_v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The whole sequence for attention: the store's reconstruction followed by the window ``res``."""
+        if not self._has_encoded():
+            return res_k, res_v
+        dk, dv = self.dequantized_states()
+        return torch.cat([dk, res_k], dim=-2), torch.cat([dv, res_v], dim=-2)
+
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         """Append ``[batch, kv_heads, new, head_dim]`` states; return the whole sequence's ``(keys, values)``.
 
@@ -99,11 +109,7 @@ class ResidualWindowLayer(BaseQuantizedLayer):
         self.cumulative_length += key_states.shape[-2]
         res_k = torch.cat([self.keys, key_states], dim=-2)
         res_v = torch.cat([self.values, value_states], dim=-2)
-        if self._has_encoded():
-            dk, dv = self.dequantized_states()
-            out_k, out_v = torch.cat([dk, res_k], dim=-2), torch.cat([dv, res_v], dim=-2)
-        else:
-            out_k, out_v = res_k, res_v
+        out_k, out_v = self._output(res_k, res_v)
         if self._quantizing():
             start = self._flush(res_k, res_v)
             if start:  # copy the window out: a view would keep the whole concatenation (the prefill) alive
@@ -120,6 +126,18 @@ class ResidualWindowLayer(BaseQuantizedLayer):
         if indices.dtype == torch.bool:
             indices = indices.nonzero().flatten()
         self.reorder_cache(torch.as_tensor(indices, device=self.keys.device))
+
+
+def resolve_decode_mode(decode_mode: Any, keep_dequantized: bool) -> str:
+    """The decode mode of a KIVI-layout layer: ``decode_mode`` or, when ``None``, ``"mirror"`` if
+    ``keep_dequantized`` else ``"stream"``; raise ``ValueError`` on an unknown or contradictory choice."""
+    if decode_mode is None:
+        return "mirror" if keep_dequantized else "stream"
+    if decode_mode not in DECODE_MODES:
+        raise ValueError(f"decode_mode must be one of {list(DECODE_MODES)}, got {decode_mode!r}")
+    if keep_dequantized and decode_mode != "mirror":
+        raise ValueError(f"keep_dequantized=True means decode_mode='mirror', got decode_mode={decode_mode!r}")
+    return decode_mode
 
 
 class KIVILayer(ResidualWindowLayer):
@@ -147,9 +165,22 @@ class KIVILayer(ResidualWindowLayer):
         Channels per value group; ``None`` -> ``min(head_dim, 32)``. Must divide ``head_dim``.
     keep_dequantized : bool
         Keep a dequantised copy of the blocks to avoid unpacking at every step (faster; the memory
-        reports still measure the packed storage only).
+        reports still measure the packed storage only). Same as ``decode_mode="mirror"``.
     meta_dtype : torch.dtype
         Dtype of scales and zeros.
+    decode_mode : {"stream", "compiled", "mirror", "reference"} or None
+        How :meth:`update` rebuilds the quantised part at every step; every mode returns the same bits.
+        The blocks always live in contiguous growable buffers (:class:`~neurips26.inference.quant.store.BlockStore`).
+
+        - ``"stream"`` (default): one vectorised eager dequantisation pass per bit-width, written straight
+          into the returned tensor (no intermediate concatenation); memory-frugal.
+        - ``"compiled"``: the same pass fused by ``torch.compile`` (inductor, vectorised C++ on CPU); the
+          first call of a process compiles (tens of seconds).
+        - ``"mirror"`` (= ``keep_dequantized=True``): keep a dequantised copy of the flushed blocks in a
+          growable buffer, appended once per flush (the codes never change); fastest, but the copy costs
+          ``B H T d`` elements of the model dtype, counted as ``dequantized`` by :meth:`memory_report`
+          (not by the storage model of ``memory_bytes(fp_itemsize)``).
+        - ``"reference"``: the eager per-block reference (dequantise each block, concatenate).
 
     Shapes
     ------
@@ -165,21 +196,43 @@ class KIVILayer(ResidualWindowLayer):
         value_group_size: int | None = None,
         keep_dequantized: bool = False,
         meta_dtype: torch.dtype = torch.float16,
+        decode_mode: str | None = None,
     ):
         super().__init__()
+        decode_mode = resolve_decode_mode(decode_mode, keep_dequantized)
         self.nbits = check_bits("nbits", nbits)
         self.group_size = check_int("group_size", group_size, low=1)
         self.residual_length = check_int("residual_length", residual_length, low=0)
         if value_group_size is not None:
             check_int("value_group_size", value_group_size, low=1)
         self.value_group_size = value_group_size
-        self.keep_dequantized = bool(keep_dequantized)
+        self.decode_mode = decode_mode
+        self.keep_dequantized = decode_mode == "mirror"
         self.meta_dtype = meta_dtype
-        self.key_blocks: list[Any] = []
-        self.value_blocks: list[Any] = []
+        self._clear_store()
+
+    def _clear_store(self) -> None:
+        self._kstore, self._vstore = BlockStore("key"), BlockStore("value")
         self.block_bits: list[int] = []
-        self._deq_keys: torch.Tensor | None = None
-        self._deq_values: torch.Tensor | None = None
+        self._mirror_k, self._mirror_v = GrowableSequence(), GrowableSequence()
+
+    @property
+    def key_blocks(self) -> list[Any]:
+        """The stored key blocks, oldest first (views of the contiguous buffers)."""
+        return self._kstore.blocks
+
+    @property
+    def value_blocks(self) -> list[Any]:
+        """The stored value blocks, oldest first (views of the contiguous buffers)."""
+        return self._vstore.blocks
+
+    @property
+    def _deq_keys(self) -> torch.Tensor | None:
+        return self._mirror_k.view()
+
+    @property
+    def _deq_values(self) -> torch.Tensor | None:
+        return self._mirror_v.view()
 
     # -- transformers API -----------------------------------------------------------------------
     @property
@@ -220,27 +273,52 @@ class KIVILayer(ResidualWindowLayer):
         bits = self._next_block_bits()
         return bits, bits
 
-    def _flush_block(self, k: torch.Tensor, v: torch.Tensor) -> None:
+    def _flush_block(self, k: torch.Tensor, v: torch.Tensor, reserve: int = 1) -> None:
         kbits, vbits = self._next_block_kv_bits()
         kq = self._quantize(k, axis=-2, bits=kbits, group_size=self.group_size)
         vq = self._quantize(v, axis=-1, bits=vbits, group_size=self.value_group_size)
-        self.key_blocks.append(kq)
-        self.value_blocks.append(vq)
+        self._kstore.append(kq, reserve)
+        self._vstore.append(vq, reserve)
         self.block_bits.append(vbits)
         if self.keep_dequantized:
-            kd, vd = kq.dequantize(), vq.dequantize()
-            self._deq_keys = kd if self._deq_keys is None else torch.cat([self._deq_keys, kd], dim=-2)
-            self._deq_values = vd if self._deq_values is None else torch.cat([self._deq_values, vd], dim=-2)
+            self._mirror_k.append(kq.dequantize())
+            self._mirror_v.append(vq.dequantize())
+
+    def _quantized_length(self) -> int:
+        return len(self._kstore) * self.group_size
 
     def dequantized_states(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Concatenation of all stored blocks, ``[batch, kv_heads, quantized_len, head_dim]`` each."""
+        """Reconstruction of all stored blocks, ``[batch, kv_heads, quantized_len, head_dim]`` each
+        (the reference per-block path; :meth:`update` writes the same bits through ``decode_mode``)."""
         if not self.key_blocks:
             return self.keys[..., :0, :], self.values[..., :0, :]
-        if self.keep_dequantized and self._deq_keys is not None:
-            return self._deq_keys, self._deq_values
+        if self.keep_dequantized and self._mirror_k.n:
+            return self._mirror_k.view(), self._mirror_v.view()
         k = torch.cat([b.dequantize() for b in self.key_blocks], dim=-2)
         v = torch.cat([b.dequantize() for b in self.value_blocks], dim=-2)
         return k, v
+
+    def _output(self, res_k: torch.Tensor, res_v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Preallocate ``[B, H, T_q + window, d]`` and fill it: the quantised part by ``decode_mode``
+        (straight into the output, no intermediate concatenation), then the window."""
+        if not self._has_encoded() or self.decode_mode == "reference":
+            return super()._output(res_k, res_v)
+        tq = self._quantized_length()
+        b, h, r, d = res_k.shape
+        outs = []
+        for store, mirror, res in (
+            (self._kstore, self._mirror_k, res_k),
+            (self._vstore, self._mirror_v, res_v),
+        ):
+            out = res.new_empty((b, h, tq + r, d))
+            if self.decode_mode == "mirror":
+                out[..., :tq, :] = mirror.view()
+            else:
+                part = out[..., :tq, :].view(b, h, len(store), self.group_size, d)
+                store.dequantize_into(part, compiled=self.decode_mode == "compiled")
+            out[..., tq:, :] = res
+            outs.append(out)
+        return outs[0], outs[1]
 
     def _quantizing(self) -> bool:
         return self.nbits != FULL_PRECISION_BITS
@@ -251,40 +329,39 @@ class KIVILayer(ResidualWindowLayer):
     def _flush(self, res_k: torch.Tensor, res_v: torch.Tensor) -> int:
         """Flush whole ``group_size`` blocks while the window would still keep ``residual_length`` tokens."""
         start = 0
+        n_new = max(0, (res_k.shape[-2] - self.residual_length) // self.group_size)
         while res_k.shape[-2] - start >= self.residual_length + self.group_size:
             stop = start + self.group_size
-            self._flush_block(res_k[..., start:stop, :], res_v[..., start:stop, :])
+            self._flush_block(
+                res_k[..., start:stop, :], res_v[..., start:stop, :], n_new - start // self.group_size
+            )
             start = stop
         return start
 
     def reset(self) -> None:
         super().reset()
-        self.key_blocks, self.value_blocks, self.block_bits = [], [], []
-        self._deq_keys = self._deq_values = None
+        self._clear_store()
 
     def _map_blocks(self, fn) -> None:
-        self.key_blocks = [fn(b) for b in self.key_blocks]
-        self.value_blocks = [fn(b) for b in self.value_blocks]
-        if self._deq_keys is not None:
-            self._deq_keys, self._deq_values = (
-                fn(FullPrecisionBlock(self._deq_keys)).data,
-                fn(FullPrecisionBlock(self._deq_values)).data,
-            )
+        """Apply a batch-dimension tensor operation to every buffer (codes stay packed)."""
+        for part in (self._kstore, self._vstore, self._mirror_k, self._mirror_v):
+            part.map_batch(fn)
 
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
         """Reorder the batch (beam search); exact, the packed codes are permuted without unpacking."""
         if not self.is_initialized:
             return
-        self.keys = self.keys.index_select(0, beam_idx.to(self.keys.device))
-        self.values = self.values.index_select(0, beam_idx.to(self.values.device))
-        self._map_blocks(lambda b: b.index_select(beam_idx))
+        idx = beam_idx.to(self.keys.device)
+        self.keys = self.keys.index_select(0, idx)
+        self.values = self.values.index_select(0, idx)
+        self._map_blocks(lambda t: t.index_select(0, idx))
 
     def batch_repeat_interleave(self, repeats: int) -> None:
         if not self.is_initialized:
             return
         self.keys = self.keys.repeat_interleave(repeats, dim=0)
         self.values = self.values.repeat_interleave(repeats, dim=0)
-        self._map_blocks(lambda b: b.repeat_interleave(repeats))
+        self._map_blocks(lambda t: t.repeat_interleave(repeats, dim=0))
 
     def crop(self, tokens_to_remove: int) -> None:
         """Remove the last ``-tokens_to_remove`` tokens (``DynamicLayer.crop`` convention).
@@ -312,9 +389,10 @@ class KIVILayer(ResidualWindowLayer):
             return
         remove -= r
         self.keys, self.values = self.keys[..., :0, :], self.values[..., :0, :]
-        while remove > 0 and self.key_blocks:
-            kb, vb = self.key_blocks.pop(), self.value_blocks.pop()
-            self.block_bits.pop()
+        n_blocks = len(self._kstore)
+        while remove > 0 and n_blocks:
+            n_blocks -= 1
+            kb, vb = self.key_blocks[n_blocks], self.value_blocks[n_blocks]
             n = kb.shape[-2]
             if remove < n:
                 keep = n - remove
@@ -323,10 +401,11 @@ class KIVILayer(ResidualWindowLayer):
                 remove = 0
             else:
                 remove -= n
-        if self.keep_dequantized and self._deq_keys is not None:
-            q_len = sum(b.shape[-2] for b in self.key_blocks)
-            self._deq_keys = self._deq_keys[..., :q_len, :].clone() if q_len else None
-            self._deq_values = self._deq_values[..., :q_len, :].clone() if q_len else None
+        self._kstore.truncate(n_blocks)
+        self._vstore.truncate(n_blocks)
+        self.block_bits = self.block_bits[:n_blocks]
+        for mirror in (self._mirror_k, self._mirror_v):
+            mirror.truncate(n_blocks * self.group_size)
 
     # -- accounting -----------------------------------------------------------------------------
     def held_tensors(self) -> list[tuple[str, torch.Tensor]]:
@@ -334,14 +413,10 @@ class KIVILayer(ResidualWindowLayer):
         out: list[tuple[str, torch.Tensor]] = []
         if self.is_initialized:
             out += [("window", self.keys), ("window", self.values)]
-        for b in (*self.key_blocks, *self.value_blocks):
-            if isinstance(b, FullPrecisionBlock):
-                out.append(("codes", b.data))
-            else:
-                out += [("codes", b.codes), ("group_params", b.scale), ("group_params", b.zero)]
-        for t in (self._deq_keys, self._deq_values):
-            if t is not None:
-                out.append(("dequantized", t))
+        out += self._kstore.held_tensors() + self._vstore.held_tensors()
+        for mirror in (self._mirror_k, self._mirror_v):
+            if mirror.held() is not None:
+                out.append(("dequantized", mirror.held()))
         return out
 
     def memory_report(self) -> dict[str, int]:

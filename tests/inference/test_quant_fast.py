@@ -1,0 +1,200 @@
+"""Fast decode paths of the quantised KV caches give the reference path's bits (issue 22, item 2).
+
+Every mode of :class:`~neurips26.inference.quant.KIVILayer` (``stream``, ``compiled``, ``mirror``) and of
+ADKV (vectorised packed replay, growable mirror) must return exactly the tensors, and so the model
+logits, of the eager per-block reference, over a prefill and decode steps that cross block boundaries
+and grow the buffers past their first capacity; batch operations keep working on the buffers.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from neurips26.common.models import build_tiny_lm
+from neurips26.inference.adakvq import AdaKVQCache, AdaKVQConfig
+from neurips26.inference.quant import KIVICache, KIVILayer
+from neurips26.inference.quant.packing import pack_bits, unpack_bits
+from neurips26.inference.quant.store import BlockStore, unpack_float
+from neurips26.inference.quant.tensors import quantize_asym
+
+_MODEL = {}
+
+
+def _model():
+    if "m" not in _MODEL:
+        _MODEL["m"] = build_tiny_lm("llama", vocab_size=64, seed=0).eval()
+    return _MODEL["m"]
+
+
+def _kivi(mode, nbits=2):
+    return lambda cfg: KIVICache(cfg, nbits=nbits, group_size=4, residual_length=3, decode_mode=mode)
+
+
+def _run(make, ids, steps=9, seed=0):
+    """Prefill ``ids`` then decode ``steps`` greedy tokens; returns the logits of every step and the cache."""
+    model = _model()
+    cache = make(model.config)
+    logits = []
+    with torch.no_grad():
+        out = model(ids, cache=cache, use_cache=True)
+        logits.append(out.logits)
+        for _ in range(steps):
+            nxt = out.logits[:, -1:].argmax(-1)
+            out = model(nxt, cache=cache, use_cache=True)
+            logits.append(out.logits)
+    return logits, cache
+
+
+def _ids(batch=2, length=13, seed=0):
+    return torch.randint(0, 64, (batch, length), generator=torch.Generator().manual_seed(seed))
+
+
+def _same(a, b):
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        assert torch.equal(x, y)
+
+
+@pytest.mark.parametrize("nbits", [2, 4, 3])
+@pytest.mark.parametrize("mode", ["stream", "mirror"])
+def test_kivi_modes_bit_identical_logits(nbits, mode):
+    ids = _ids()
+    ref, cref = _run(_kivi("reference", nbits), ids)
+    fast, cfast = _run(_kivi(mode, nbits), ids)
+    _same(ref, fast)
+    for la, lb in zip(cref.layers, cfast.layers):
+        assert len(la.key_blocks) == len(lb.key_blocks) > 3  # grew past the prefill's exact capacity
+        for x, y in zip((*la.key_blocks, *la.value_blocks), (*lb.key_blocks, *lb.value_blocks)):
+            assert (
+                torch.equal(x.codes, y.codes)
+                and torch.equal(x.scale, y.scale)
+                and torch.equal(x.zero, y.zero)
+            )
+        assert torch.equal(la.keys, lb.keys) and torch.equal(la.values, lb.values)
+
+
+def test_kivi_compiled_bit_identical_logits():
+    ids = _ids(batch=1)
+    ref, _ = _run(_kivi("reference", 2), ids, steps=6)
+    fast, _ = _run(_kivi("compiled", 2), ids, steps=6)
+    _same(ref, fast)
+
+
+@pytest.mark.parametrize("mode", ["stream", "mirror"])
+def test_adakvq_mixed_bits_bit_identical(mode):
+    """Mixed key/value widths (ladder with a key bonus) and a 16-bit rung: one buffer per width."""
+    quant = AdaKVQConfig(bits=(2, 4, 16), avg_bits=4, group_size=4, residual_length=3, key_bonus=1)
+
+    def make(m):
+        return lambda cfg: AdaKVQCache(cfg, quant, base_bits=[2, 16], decode_mode=m)
+
+    ids = _ids()
+    ref, cref = _run(make("reference"), ids)
+    fast, cfast = _run(make(mode), ids)
+    _same(ref, fast)
+    assert cfast.kv_bits_log() == cref.kv_bits_log()
+    widths = {b for layer in cfast.layers for b in (*layer.block_bits, *layer.key_block_bits)}
+    assert len(widths) >= 2
+
+
+def test_stored_blocks_match_fresh_quantisation():
+    """Blocks read back from the buffers equal ``quantize_asym`` of the flushed tokens."""
+    g = torch.Generator().manual_seed(1)
+    layer = KIVILayer(nbits=2, group_size=4, residual_length=2)
+    k, v = torch.randn(2, 3, 23, 8, generator=g), torch.randn(2, 3, 23, 8, generator=g)
+    layer.update(k[..., :9, :], v[..., :9, :])
+    for t in range(9, 23):
+        layer.update(k[..., t : t + 1, :], v[..., t : t + 1, :])
+    assert len(layer.key_blocks) == (23 - 2) // 4
+    for i, (kb, vb) in enumerate(zip(layer.key_blocks, layer.value_blocks)):
+        sl = slice(4 * i, 4 * i + 4)
+        ek, ev = quantize_asym(k[..., sl, :], 2, 4, axis=-2), quantize_asym(v[..., sl, :], 2, 8, axis=-1)
+        assert torch.equal(kb.codes, ek.codes) and torch.equal(kb.scale, ek.scale)
+        assert torch.equal(vb.codes, ev.codes) and torch.equal(vb.zero, ev.zero)
+
+
+@pytest.mark.parametrize("mode", ["stream", "mirror"])
+def test_batch_operations_on_buffers(mode):
+    g = torch.Generator().manual_seed(2)
+    k, v = torch.randn(3, 2, 21, 8, generator=g), torch.randn(3, 2, 21, 8, generator=g)
+    layers = {m: KIVILayer(2, 4, 2, decode_mode=m) for m in ("reference", mode)}
+    for layer in layers.values():
+        layer.update(k, v)
+        layer.reorder_cache(torch.tensor([2, 0, 1]))
+        layer.batch_repeat_interleave(2)
+        layer.batch_select_indices(torch.tensor([0, 3, 5]))
+    new = torch.randn(3, 2, 6, 8, generator=g)
+    outs = {
+        m: [layer.update(new[..., t : t + 1, :], new[..., t : t + 1, :]) for t in range(6)]
+        for m, layer in layers.items()
+    }
+    for (a, b), (c, d) in zip(outs["reference"], outs[mode]):
+        assert torch.equal(a, c) and torch.equal(b, d)
+    # the batch operation equals running the selected rows alone
+    solo = KIVILayer(2, 4, 2, decode_mode=mode)
+    solo.update(k[[2, 0, 1]], v[[2, 0, 1]])
+    for t in range(6):
+        ka, va = solo.update(new[..., t : t + 1, :], new[..., t : t + 1, :])
+    assert torch.equal(ka, outs[mode][-1][0]) and torch.equal(va, outs[mode][-1][1])
+
+
+@pytest.mark.parametrize("mode", ["stream", "mirror"])
+def test_crop_then_decode_matches_reference(mode):
+    g = torch.Generator().manual_seed(3)
+    k, v = torch.randn(1, 2, 30, 8, generator=g), torch.randn(1, 2, 30, 8, generator=g)
+    res = {}
+    for m in ("reference", mode):
+        layer = KIVILayer(4, 4, 2, decode_mode=m)
+        layer.update(k[..., :25, :], v[..., :25, :])
+        layer.crop(-7)  # cuts into a block
+        res[m] = [layer.update(k[..., t : t + 1, :], v[..., t : t + 1, :]) for t in range(25, 30)]
+    for (a, b), (c, d) in zip(res["reference"], res[mode]):
+        assert torch.equal(a, c) and torch.equal(b, d)
+
+
+def test_buffers_grow_and_report_their_capacity():
+    layer = KIVILayer(2, 4, 0)
+    g = torch.Generator().manual_seed(4)
+    layer.update(torch.randn(1, 2, 8, 8, generator=g), torch.randn(1, 2, 8, 8, generator=g))
+    store = layer._kstore
+    assert store._capacity(2) == 2  # the prefill reserves exactly its blocks
+    for _ in range(12):
+        layer.update(torch.randn(1, 2, 1, 8, generator=g), torch.randn(1, 2, 1, 8, generator=g))
+    assert len(store) == 5 and store._capacity(2) >= 5
+    held = {id(t) for _, t in layer.held_tensors()}
+    assert all(id(b) in held for b in store.bufs[2].values() if isinstance(b, torch.Tensor))
+    # the storage model counts used blocks only, the report the whole buffers
+    assert layer.memory_bytes(2)["payload"] == sum(
+        b.payload_nbytes for b in (*layer.key_blocks, *layer.value_blocks)
+    )
+    assert layer.memory_report()["codes"] >= layer.memory_bytes(2)["payload"]
+
+
+def test_mirror_is_reported_as_dequantized():
+    g = torch.Generator().manual_seed(5)
+    layer = KIVILayer(2, 4, 2, decode_mode="mirror")
+    layer.update(torch.randn(1, 2, 20, 8, generator=g), torch.randn(1, 2, 20, 8, generator=g))
+    rep = layer.memory_report()
+    assert rep["dequantized"] >= 2 * 1 * 2 * 16 * 8 * 4
+    assert KIVILayer(2, 4, 2).memory_report()["dequantized"] == 0
+
+
+def test_unpack_float_equals_unpack_bits():
+    g = torch.Generator().manual_seed(6)
+    for bits in (1, 2, 3, 4, 8):
+        n = 37
+        codes = torch.randint(0, 1 << bits, (3, 5, n), generator=g, dtype=torch.int64).to(torch.uint8)
+        packed = pack_bits(codes, bits)
+        assert torch.equal(unpack_float(packed, bits, n, torch.float32), unpack_bits(packed, bits, n).float())
+        assert torch.equal(unpack_float(packed, bits, n, torch.float64), codes.double())
+
+
+def test_decode_mode_errors():
+    with pytest.raises(ValueError, match="decode_mode"):
+        KIVILayer(2, decode_mode="fast")
+    with pytest.raises(ValueError, match="keep_dequantized"):
+        KIVILayer(2, keep_dequantized=True, decode_mode="stream")
+    with pytest.raises(ValueError, match="kind"):
+        BlockStore("query")
+    assert KIVILayer(2, keep_dequantized=True).decode_mode == "mirror"
