@@ -198,3 +198,82 @@ def test_decode_mode_errors():
     with pytest.raises(ValueError, match="kind"):
         BlockStore("query")
     assert KIVILayer(2, keep_dequantized=True).decode_mode == "mirror"
+
+
+# ------------------------------------------------------------------------------------------------ ADKV
+def _adkv(**kw):
+    from neurips26.inference.adkv import ADKVCache, ADKVConfig
+
+    return lambda cfg: ADKVCache(cfg, ADKVConfig(**kw))
+
+
+ADKV_SETTINGS = {
+    "window0": {"bits": 2},
+    "window3_3bit": {"bits": 3, "residual_length": 3},
+    "outliers_checkpoints": {"bits": 2, "residual_length": 2, "n_outliers": 2, "checkpoint_every": 4},
+    "per_token_values": {"bits": 4, "residual_length": 2, "value_mode": "per_token", "value_group_size": 8},
+}
+
+
+@pytest.mark.parametrize("name", sorted(ADKV_SETTINGS))
+@pytest.mark.parametrize("storage", ["packed", "simulated"])
+def test_adkv_fast_paths_bit_identical_logits(name, storage):
+    kw = ADKV_SETTINGS[name]
+    ids = _ids()
+    ref, cref = _run(_adkv(**kw, storage="packed", decode_mode="reference"), ids)
+    fast, cfast = _run(_adkv(**kw, storage=storage), ids)
+    _same(ref, fast)
+    for la, lb in zip(cref.layers, cfast.layers):
+        assert la.encoded_length == lb.encoded_length > 0
+        assert torch.equal(la.key_codes, lb.key_codes)
+        if la.value_codes is not None:
+            assert torch.equal(la.value_codes, lb.value_codes)
+        assert torch.equal(la.keys, lb.keys)
+        ka, va = la.dequantized_states()
+        kb, vb = lb.dequantized_states()
+        assert torch.equal(ka, kb) and torch.equal(va, vb)
+
+
+def test_adkv_log_gain_table_matches_the_logarithm():
+    from neurips26.inference.adkv import ADKVConfig, ADKVQuantizer
+
+    g = torch.Generator().manual_seed(7)
+    for bits in (1, 2, 3, 8):
+        cfg = ADKVConfig(bits=bits)
+        params = torch.stack([torch.rand(3, 5, generator=g) * 0.8 + 0.1 for _ in range(2)])
+        quant = ADKVQuantizer(5, cfg, params)
+        codes = torch.randint(0, 1 << bits, (2, 4, 40, 5), generator=g).to(torch.uint8)
+        x = torch.randn(2, 4, 6, 5, generator=g)
+        st = quant.init_state(x)
+        b = quant._replay(codes, st, params.unsqueeze(1), table=quant.log_gain_table(params.unsqueeze(1)))
+        c = quant._replay(codes, st, params.unsqueeze(1))
+        assert torch.equal(b, c)
+
+
+def test_adkv_batch_operations_and_growth():
+    g = torch.Generator().manual_seed(8)
+    k, v = torch.randn(3, 2, 20, 16, generator=g), torch.randn(3, 2, 20, 16, generator=g)
+    new = torch.randn(3, 2, 12, 16, generator=g)
+    outs = {}
+    for mode in ("reference", "stream"):
+        from neurips26.inference.adkv import ADKVConfig
+        from neurips26.inference.adkv.cache import ADKVLayer
+
+        layer = ADKVLayer(ADKVConfig(bits=2, residual_length=2, decode_mode=mode))
+        layer.update(k, v)
+        cap = layer._bufs["key_codes"].buf.shape[1]
+        layer.reorder_cache(torch.tensor([2, 0, 1]))
+        layer.batch_repeat_interleave(2)
+        layer.batch_select_indices(torch.tensor([0, 3, 5]))
+        outs[mode] = [layer.update(new[..., t : t + 1, :], new[..., t : t + 1, :]) for t in range(12)]
+        assert layer._bufs["key_codes"].buf.shape[1] > cap == 18  # grew past the exact prefill capacity
+        assert layer.key_codes.shape[1] == layer.encoded_length == 30
+    for (a, b), (c, d) in zip(outs["reference"], outs["stream"]):
+        assert torch.equal(a, c) and torch.equal(b, d)
+
+
+def test_adkv_decode_mode_error():
+    from neurips26.inference.adkv import ADKVConfig
+
+    with pytest.raises(ValueError, match="decode_mode"):
+        ADKVConfig(decode_mode="mirror")

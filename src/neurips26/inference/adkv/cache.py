@@ -45,6 +45,7 @@ from neurips26.inference.quant import (
     unpack_bits,
 )
 from neurips26.inference.quant.memory import _measured
+from neurips26.inference.quant.store import GrowableSequence
 
 
 class ADKVLayer(ResidualWindowLayer):
@@ -94,19 +95,35 @@ class ADKVLayer(ResidualWindowLayer):
         self._clear()
 
     def _clear(self) -> None:
-        self.key_codes: torch.Tensor | None = None  # [B, Tq, nbytes]
-        self.value_codes: torch.Tensor | None = None
+        # contiguous growable buffers (x1.5): appending copies only the new tokens
+        self._bufs = {
+            "key_codes": GrowableSequence(1),  # [B, Tq, nbytes]
+            "value_codes": GrowableSequence(1),
+            "_sim_k": GrowableSequence(),  # [B, H, Tq, D] (storage="simulated")
+            "_sim_v": GrowableSequence(),
+            "_deq_v_tok": GrowableSequence(),
+            "key_outlier_values": GrowableSequence(),  # [B, H, Tq, n] fp16
+            "value_outlier_values": GrowableSequence(),
+        }
         self.value_blocks: list[QuantizedTensor] = []  # per_token value mode
         self.stream_state: ADKVState | None = None  # fields [S, B, H, D']; S = 2 (K, V) or 1 (K)
-        self._sim_k: torch.Tensor | None = None
-        self._sim_v: torch.Tensor | None = None
-        self._deq_v_tok: torch.Tensor | None = None
-        self.key_outlier_values: torch.Tensor | None = None  # [B, H, Tq, n] fp16
-        self.value_outlier_values: torch.Tensor | None = None
         self.outliers: torch.Tensor | None = None  # [S, H, n] (long), set when the streams start
         self.outlier_index_codes: torch.Tensor | None = None  # packed indices (stored form)
         self._normal: torch.Tensor | None = None  # [S, H, D - n]
         self.encoded_length = 0
+
+    key_codes = property(
+        lambda self: self._bufs["key_codes"].view(), doc="Packed key codes ``[B, Tq, nbytes]``."
+    )
+    value_codes = property(lambda self: self._bufs["value_codes"].view(), doc="Packed value codes.")
+    key_outlier_values = property(
+        lambda self: self._bufs["key_outlier_values"].view(),
+        doc="fp16 key outlier channels ``[B, H, Tq, n]``.",
+    )
+    value_outlier_values = property(lambda self: self._bufs["value_outlier_values"].view())
+    _sim_k = property(lambda self: self._bufs["_sim_k"].view())
+    _sim_v = property(lambda self: self._bufs["_sim_v"].view())
+    _deq_v_tok = property(lambda self: self._bufs["_deq_v_tok"].view())
 
     @property
     def n_streams(self) -> int:
@@ -197,11 +214,9 @@ class ADKVLayer(ResidualWindowLayer):
 
     def _append_outliers(self, xo: torch.Tensor) -> None:
         xo = xo.to(_META)
-        # a first chunk is copied: xo[0] and xo[1] are views of one stacked buffer
-        cat = lambda old, new: new.clone() if old is None else torch.cat([old, new], dim=-2)  # noqa: E731
-        self.key_outlier_values = cat(self.key_outlier_values, xo[0])
+        self._bufs["key_outlier_values"].append(xo[0])  # copies: xo[0] and xo[1] view one stacked buffer
         if xo.shape[0] > 1:
-            self.value_outlier_values = cat(self.value_outlier_values, xo[1])
+            self._bufs["value_outlier_values"].append(xo[1])
 
     def _quantize(self, tensor, *args, **kwargs):  # the encode path is `_encode`
         raise NotImplementedError("ADKVLayer encodes streams with `_encode`")
@@ -237,26 +252,20 @@ class ADKVLayer(ResidualWindowLayer):
         if xo is not None:
             self._append_outliers(xo)
             xh = self._merge_channels(xh, xo.to(_META))
-        codes = self._pack(q[0])
-        self.key_codes = codes if self.key_codes is None else torch.cat([self.key_codes, codes], dim=1)
+        self._bufs["key_codes"].append(self._pack(q[0]))
         xk = xh[0]
         if joint:
-            vcodes = self._pack(q[1])
-            self.value_codes = (
-                vcodes if self.value_codes is None else torch.cat([self.value_codes, vcodes], dim=1)
-            )
+            self._bufs["value_codes"].append(self._pack(q[1]))
             xv = xh[1]
         else:
             blk = quantize_asym(v, self.config.bits, self.config.value_group_size, axis=-1)
             self.value_blocks.append(blk)
             xv = blk.dequantize()
-            self._deq_v_tok = xv if self._deq_v_tok is None else torch.cat([self._deq_v_tok, xv], dim=-2)
-        if self.config.storage == "simulated":  # copies: xh[0] and xh[1] are views of one buffer
-            xk = xk.to(self.dtype, copy=True)
-            self._sim_k = xk if self._sim_k is None else torch.cat([self._sim_k, xk], dim=-2)
+            self._bufs["_deq_v_tok"].append(xv)
+        if self.config.storage == "simulated":  # the buffers copy: xh[0] and xh[1] view one tensor
+            self._bufs["_sim_k"].append(xk.to(self.dtype))
             if joint:
-                xv = xv.to(self.dtype, copy=True)
-                self._sim_v = xv if self._sim_v is None else torch.cat([self._sim_v, xv], dim=-2)
+                self._bufs["_sim_v"].append(xv.to(self.dtype))
         self.encoded_length += q.shape[-2]
 
     def dequantized_states(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -279,6 +288,58 @@ class ADKVLayer(ResidualWindowLayer):
             return xh[0], xh[1]
         v = torch.cat([b.dequantize() for b in self.value_blocks], dim=-2)
         return xh[0], v
+
+    def _output(self, res_k: torch.Tensor, res_v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Preallocate ``[B, H, T_enc + window, d]`` and fill it: the mirror (``simulated``) or the
+        per-head replay (``packed``, ``decode_mode="stream"``) straight into it, then the window."""
+        if not self._has_encoded() or self.config.decode_mode == "reference":
+            return super()._output(res_k, res_v)
+        tq = self.encoded_length
+        b, h, r, d = res_k.shape
+        out_k, out_v = res_k.new_empty((b, h, tq + r, d)), res_v.new_empty((b, h, tq + r, d))
+        joint = self.config.value_mode == "adkv"
+        if self.config.storage == "simulated":
+            out_k[..., :tq, :] = self._sim_k
+            out_v[..., :tq, :] = self._sim_v if joint else self._deq_v_tok
+        else:
+            self._replay_into([out_k, out_v] if joint else [out_k], tq)
+            if not joint:  # per-token values: the reconstruction kept with the blocks (same bits)
+                out_v[..., :tq, :] = self._deq_v_tok
+        out_k[..., tq:, :] = res_k
+        out_v[..., tq:, :] = res_v
+        return out_k, out_v
+
+    def _replay_into(self, outs: list[torch.Tensor], tq: int) -> None:
+        """Replay the packed streams one (stream, KV head) at a time into ``outs[i][..., :tq, :]``.
+
+        Same float64 operations as :meth:`_decode_by_head` except that the per-code log-gain is looked up
+        (:meth:`ADKVQuantizer.log_gain_table`); each head's reconstruction is cast and written (or
+        scattered, with outlier channels) straight into the output, so no ``[S, B, H, T, D]`` float64
+        buffer, merge or concatenation is built.
+        """
+        st = self.stream_state
+        params = self.sq.params  # [S, 1, H, 3, D']
+        table = self.sq.log_gain_table(params)  # [S, 1, H, L, D']
+        codes = [self.key_codes, self.value_codes][: len(outs)]
+        xo = self._outlier_stack()
+        for i, out in enumerate(outs):
+            q = self._unpack(codes[i])
+            stream = st.select(i)
+            for h in range(q.shape[1]):
+                head = stream._fields(lambda v, h=h: v[:, h : h + 1])
+                one = params.shape[2] > 1
+                p = params[i, :, h : h + 1] if one else params[i]
+                tb = table[i, :, h : h + 1] if one else table[i]
+                xh = self.sq._replay(q[:, h : h + 1], head, p, head.checkpoints, tb)  # [B, 1, T, D']
+                dst = out[:, h : h + 1, :tq, :]
+                if xo is None:
+                    dst.copy_(xh)
+                else:
+                    b, _, t, m = xh.shape
+                    normal = self._normal[i, h][None, None, None, :].expand(b, 1, t, m)
+                    dst.scatter_(-1, normal, xh.to(out.dtype))
+                    idx = self.outliers[i, h][None, None, None, :].expand(b, 1, t, self.outliers.shape[-1])
+                    dst.scatter_(-1, idx, xo[i][:, h : h + 1].to(out.dtype))
 
     def _decode_by_head(self, q: torch.Tensor, st: ADKVState) -> torch.Tensor:
         """Replay ``q: uint8 [S, B, H, T, D']`` one (stream, KV head) at a time (float64 result).
@@ -321,11 +382,8 @@ class ADKVLayer(ResidualWindowLayer):
 
     def _map(self, fn_tensor, fn_state, fn_block) -> None:
         self.keys, self.values = fn_tensor(self.keys), fn_tensor(self.values)
-        names = ("key_codes", "value_codes", "_sim_k", "_sim_v", "_deq_v_tok")
-        for name in names + ("key_outlier_values", "value_outlier_values"):
-            v = getattr(self, name)
-            if v is not None:
-                setattr(self, name, fn_tensor(v))
+        for buf in self._bufs.values():
+            buf.map_batch(fn_tensor)
         if self.stream_state is not None:
             self.stream_state = fn_state(self.stream_state)
         self.value_blocks = [fn_block(b) for b in self.value_blocks]
@@ -382,7 +440,7 @@ class ADKVLayer(ResidualWindowLayer):
         if self.is_initialized:
             out += [("window", self.keys), ("window", self.values)]
         for name in ("key_codes", "value_codes", "key_outlier_values", "value_outlier_values"):
-            out.append(("codes", getattr(self, name)))
+            out.append(("codes", self._bufs[name].held()))
         for b in self.value_blocks:
             out += [("codes", b.codes), ("group_params", b.scale), ("group_params", b.zero)]
         st = self.stream_state
@@ -396,7 +454,7 @@ class ADKVLayer(ResidualWindowLayer):
         for name in ("key_params", "value_params", "key_outliers", "value_outliers", "outliers", "_normal"):
             out.append(("encoder_state", getattr(self, name)))
         for name in ("_sim_k", "_sim_v", "_deq_v_tok"):
-            out.append(("dequantized", getattr(self, name)))
+            out.append(("dequantized", self._bufs[name].held()))
         return [(c, t) for c, t in out if t is not None]
 
     def memory_report(self) -> dict[str, int]:

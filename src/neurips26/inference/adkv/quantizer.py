@@ -72,6 +72,13 @@ class ADKVConfig:
         ``C``: store the exact decoder state every ``C`` encoded tokens so the packed decoder replays
         the ``ceil(T / C)`` chunks in parallel. Outputs are bit-identical to ``None`` (no checkpoints);
         metadata grows by ``(T - 1) // C`` states of ``3 * 64`` bits per channel.
+    decode_mode : {"stream", "reference"}
+        How a ``packed`` cache rebuilds the encoded tokens at every step (same bits either way):
+        ``"stream"`` (default) replays each (stream, KV head) with the per-code log-gain looked up in a
+        table (:meth:`ADKVQuantizer.log_gain_table`) and writes straight into the attention input;
+        ``"reference"`` is the eager replay (:meth:`ADKVQuantizer._scan` as written) followed by a merge
+        and a concatenation. ``storage="simulated"`` is the dequantised mirror (the fastest, at the memory
+        cost of the reconstruction).
     """
 
     bits: int = 2
@@ -87,6 +94,7 @@ class ADKVConfig:
     storage: str = "packed"
     n_outliers: int = 0
     checkpoint_every: int | None = None
+    decode_mode: str = "stream"
 
     def __post_init__(self) -> None:
         check_int("bits", self.bits)
@@ -105,6 +113,7 @@ class ADKVConfig:
         check_int("n_outliers", self.n_outliers, low=0)
         if self.checkpoint_every is not None:
             check_int("checkpoint_every", self.checkpoint_every, low=1)
+        check_choice("decode_mode", self.decode_mode, ("stream", "reference"))
 
     def check_head_dim(self, head_dim: int) -> None:
         """Raise ``ValueError`` unless ``n_outliers < head_dim``."""
@@ -246,6 +255,28 @@ class ADKVQuantizer:
         log_smin = torch.log(s1 * self.config.s_min_rel)
         return s1, log_smin
 
+    def log_gain_table(self, params: torch.Tensor | None = None) -> torch.Tensor:
+        """``m(q) = log((1 - eta_s) + eta_s gamma |q - o| / o) + sat(q) log(omega)`` for every code ``q``.
+
+        The step recursion's log-increment depends on the code only, so the decoder looks it up instead
+        of evaluating a logarithm per token; the table is computed with the decoder's own float64 operation
+        order (bit-identical entries). ``params: Tensor[..., 3, D]`` (default :attr:`params`); returns
+        ``float64 [..., 2**bits, D]``.
+        """
+        cfg = self.config
+        params = self.params if params is None else params
+        dtype = torch.float64
+        o = cfg.offset
+        top = (1 << cfg.bits) - 1
+        _, eta_s, gamma = self._split(params, dtype, True)
+        levels = torch.arange(1 << cfg.bits, dtype=dtype, device=params.device)
+        d = (levels - o).unsqueeze(-1)  # [L, 1]
+        sat = ((levels == 0) | (levels == top)).to(dtype).unsqueeze(-1)
+        keep = (1.0 - eta_s).unsqueeze(-2)
+        gain = (eta_s * gamma / o).unsqueeze(-2)
+        m = torch.log(keep + gain * d.abs())
+        return m + sat * math.log(cfg.overload_up)
+
     # -- core recurrence ----------------------------------------------------------------------
     def _run(
         self,
@@ -318,8 +349,12 @@ class ADKVQuantizer:
         state: ADKVState,
         params: torch.Tensor,
         checkpoints: torch.Tensor | None = None,
+        table: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Chunked parallel-scan decoder over ``codes: uint8 [..., T, D]`` (float64).
+
+        ``table`` (:meth:`log_gain_table` of ``params``, ``[..., 2**bits, D]``) replaces the per-token
+        logarithm by a look-up with identical values.
 
         Returns ``(z, s, d)`` per token (zero-point, step, signed code). Without ``checkpoints`` the
         whole stream is one chunk scanned from the initial state; with them (``Tensor[..., K, 3, D]``
@@ -348,18 +383,28 @@ class ADKVQuantizer:
                 f"decoding {T} tokens in chunks of {size} needs {n - 1} checkpoints, got {checkpoints.shape[-3]}"
             )
         d = codes.to(dtype) - o
-        sat = ((codes == 0) | (codes == top)).to(dtype)
         pad = n * size - T
+        full = (*lead, n, size, D)
+        if table is not None:
+            tl = torch.broadcast_shapes(lead, table.shape[:-2])
+            idx = codes.long().expand(*tl, T, D)
+            m = table.expand(*tl, *table.shape[-2:]).gather(-2, idx)
+            if pad:
+                m = torch.nn.functional.pad(m, (0, 0, 0, pad))
+            m = m.reshape(*m.shape[:-2], n, size, D).expand(full)
+        else:
+            sat = ((codes == 0) | (codes == top)).to(dtype)
+            if pad:
+                sat = torch.nn.functional.pad(sat, (0, 0, 0, pad))
+            sat = sat.reshape(*sat.shape[:-2], n, size, D).expand(full)
         if pad:
             d = torch.nn.functional.pad(d, (0, 0, 0, pad))
-            sat = torch.nn.functional.pad(sat, (0, 0, 0, pad))
-        full = (*lead, n, size, D)
         d = d.reshape(*d.shape[:-2], n, size, D).expand(full)
-        sat = sat.reshape(*sat.shape[:-2], n, size, D).expand(full)
-        keep = (1.0 - eta_s)[..., None, None, :]
-        gain = (eta_s * gamma / o)[..., None, None, :]
-        m = torch.log(keep + gain * d.abs())
-        m = m + sat * math.log(cfg.overload_up)
+        if table is None:
+            keep = (1.0 - eta_s)[..., None, None, :]
+            gain = (eta_s * gamma / o)[..., None, None, :]
+            m = torch.log(keep + gain * d.abs())
+            m = m + sat * math.log(cfg.overload_up)
         first = (*lead, 1, 1, D)
         zero = torch.zeros(first, dtype=dtype, device=codes.device)
         acc0, cmax0, dsum0 = zero, torch.log(s1).expand(*lead, D).reshape(first), zero
@@ -386,9 +431,10 @@ class ADKVQuantizer:
         state: ADKVState,
         params: torch.Tensor,
         checkpoints: torch.Tensor | None = None,
+        table: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Reconstruction ``z_t + d_t s_t`` (float64) of unpacked ``codes: uint8 [..., T, D]``."""
-        z, s, d = self._scan(codes, state, params, checkpoints)
+        z, s, d = self._scan(codes, state, params, checkpoints, table)
         return z + d * s
 
     # -- public API ---------------------------------------------------------------------------

@@ -295,30 +295,35 @@ class BlockStore:
 
 
 class GrowableSequence:
-    """A ``[B, H, capacity, D]`` buffer filled along the sequence axis (a dequantised mirror).
+    """A buffer filled along one dimension (``dim``, default the sequence axis ``-2`` of ``[B, H, T, D]``).
 
-    ``append`` copies only the new tokens; ``view()`` is the filled part ``[B, H, n, D]`` (a view, never
-    held by the caller beyond one forward pass). Capacity grows x1.5.
+    ``append`` copies only the new entries; ``view()`` is the filled part (a view of the buffer: the
+    caller uses it within one forward pass or copies it). Capacity grows x1.5; :meth:`held` is the whole
+    buffer (what a memory report must count).
     """
 
-    def __init__(self):
+    def __init__(self, dim: int = -2):
+        self.dim = dim
         self.buf: torch.Tensor | None = None
         self.n = 0
 
     def append(self, x: torch.Tensor) -> None:
-        t = x.shape[-2]
+        dim = self.dim % x.dim()
+        t = x.shape[dim]
         if self.buf is None:
-            self.buf = x.new_empty((*x.shape[:-2], t, x.shape[-1]))
-        elif self.n + t > self.buf.shape[-2]:
-            cap = max(self.n + t, math.ceil(self.buf.shape[-2] * GROWTH))
-            new = self.buf.new_empty((*self.buf.shape[:-2], cap, self.buf.shape[-1]))
-            new[..., : self.n, :] = self.buf[..., : self.n, :]
+            self.buf = torch.empty_like(x, memory_format=torch.contiguous_format)
+        elif self.n + t > self.buf.shape[dim]:
+            cap = max(self.n + t, math.ceil(self.buf.shape[dim] * GROWTH))
+            shape = list(self.buf.shape)
+            shape[dim] = cap
+            new = self.buf.new_empty(shape)
+            new.narrow(dim, 0, self.n).copy_(self.buf.narrow(dim, 0, self.n))
             self.buf = new
-        self.buf[..., self.n : self.n + t, :] = x
+        self.buf.narrow(dim, self.n, t).copy_(x)
         self.n += t
 
     def view(self) -> torch.Tensor | None:
-        return None if self.buf is None else self.buf[..., : self.n, :]
+        return None if self.buf is None else self.buf.narrow(self.dim % self.buf.dim(), 0, self.n)
 
     def truncate(self, n: int) -> None:
         self.n = min(self.n, n)
