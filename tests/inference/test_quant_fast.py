@@ -1,6 +1,6 @@
 """Fast decode paths of the quantised KV caches give the reference path's bits (issue 22, item 2).
 
-Every mode of :class:`~neurips26.inference.quant.KIVILayer` (``stream``, ``compiled``, ``mirror``) and of
+Every mode of :class:`~neurips26.inference.quant.KIVILayer` (``stream``, ``mirror``) and of
 ADKV (vectorised packed replay, growable mirror) must return exactly the tensors, and so the model
 logits, of the eager per-block reference, over a prefill and decode steps that cross block boundaries
 and grow the buffers past their first capacity; batch operations keep working on the buffers.
@@ -72,13 +72,6 @@ def test_kivi_modes_bit_identical_logits(nbits, mode):
                 and torch.equal(x.zero, y.zero)
             )
         assert torch.equal(la.keys, lb.keys) and torch.equal(la.values, lb.values)
-
-
-def test_kivi_compiled_bit_identical_logits():
-    ids = _ids(batch=1)
-    ref, _ = _run(_kivi("reference", 2), ids, steps=6)
-    fast, _ = _run(_kivi("compiled", 2), ids, steps=6)
-    _same(ref, fast)
 
 
 @pytest.mark.parametrize("mode", ["stream", "mirror"])

@@ -3,7 +3,9 @@
 =================  ===================================  ==========================================
 name               arms                                 reference
 =================  ===================================  ==========================================
-``kv_decode``      ``kivi2``, ``adakvq``, ``adkv``      ``dynamic``: ``transformers.DynamicCache``
+``kv_decode``      ``kivi2``, ``adakvq``, ``adkv``;     ``dynamic``: ``transformers.DynamicCache``
+                   mirrors ``kivi2_mirror``,
+                   ``adakvq_mirror``, ``adkv_simulated``
 ``adera_codec``    ``encode``, ``decode``,              ``clone``: ``tensor.clone()`` of the shard
                    ``encode+decode``
 ``adacal_prefill`` ``masked``, ``gather``,              ``dense``: causal SDPA
@@ -89,6 +91,10 @@ def _kv_setup(case: dict[str, Any], seed: int):
         "kivi2": KIVICache(cfg, nbits=2, group_size=32, residual_length=32),
         "adakvq": AdaKVQCache(cfg, AdaKVQConfig(online=False)),
         "adkv": ADKVCache(cfg, ADKVConfig(bits=2, storage="packed")),
+        # the dequantised mirrors: faster, at the memory of the reconstruction (see kv_bytes)
+        "kivi2_mirror": KIVICache(cfg, nbits=2, group_size=32, residual_length=32, decode_mode="mirror"),
+        "adakvq_mirror": AdaKVQCache(cfg, AdaKVQConfig(online=False), decode_mode="mirror"),
+        "adkv_simulated": ADKVCache(cfg, ADKVConfig(bits=2, storage="simulated")),
     }
     for cache in caches.values():
         _fill(cache, kv)
@@ -329,7 +335,10 @@ BENCHMARKS: dict[str, Benchmark] = {
         notes="One decode step (a single new token) per timed call; the caches grow by one token per call. "
         "AdaKVQ runs its static allocation (no online tracker) and ADKV is uncalibrated: the bit-widths and "
         "code paths are those of the calibrated caches, the values differ. kv_bytes counts every tensor the "
-        "cache holds after the pre-fill (codes, scales, windows).",
+        "cache holds after the pre-fill (codes, scales, windows, and for the *_mirror / adkv_simulated arms the "
+        "dequantised mirror that makes them fast). kivi2, adakvq and adkv are the memory-frugal default paths "
+        "(decode_mode='stream': one vectorised dequantisation or replay per layer per step from contiguous "
+        "growable buffers); every mode returns the bits of the eager per-block reference.",
     ),  # fmt: skip
     "adera_codec": Benchmark(
         "adera_codec",

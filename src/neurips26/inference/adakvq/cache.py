@@ -82,7 +82,7 @@ class AdaKVQCache(QuantizedKVCacheMixin, Cache):
         Override of the static allocation (value bit-widths; keys follow the ladder).
     keep_dequantized : bool
         See :class:`~neurips26.inference.quant.KIVILayer`.
-    decode_mode : {"stream", "compiled", "mirror", "reference"} or None
+    decode_mode : {"stream", "mirror", "reference"} or None
         See :class:`~neurips26.inference.quant.KIVILayer`: blocks of mixed bit-widths live in one
         contiguous buffer per bit-width and are dequantised in one pass per bit-width; every mode returns
         the same bits.

@@ -89,8 +89,7 @@ class KIVICache(QuantizedKVCacheMixin, Cache):
     config : PretrainedConfig
         The model config (``num_hidden_layers``; full-attention layers only).
     nbits, group_size, residual_length, value_group_size, keep_dequantized, meta_dtype, decode_mode
-        See :class:`KIVILayer` (``decode_mode``: ``"stream"`` default, ``"compiled"``, ``"mirror"``,
-        ``"reference"``; all return the same bits).
+        See :class:`KIVILayer` (``decode_mode``: ``"stream"`` default, ``"mirror"``, ``"reference"``; all return the same bits).
     """
 
     def __init__(

@@ -13,7 +13,7 @@ from neurips26.inference.quant.packing import FULL_PRECISION_BITS, check_bits
 from neurips26.inference.quant.store import BlockStore, GrowableSequence
 from neurips26.inference.quant.tensors import FullPrecisionBlock, quantize_asym
 
-DECODE_MODES = ("stream", "compiled", "mirror", "reference")
+DECODE_MODES = ("stream", "mirror", "reference")
 
 
 def check_kv_states(key_states: Any, value_states: Any, layer: Any = None) -> None:
@@ -168,14 +168,12 @@ class KIVILayer(ResidualWindowLayer):
         reports still measure the packed storage only). Same as ``decode_mode="mirror"``.
     meta_dtype : torch.dtype
         Dtype of scales and zeros.
-    decode_mode : {"stream", "compiled", "mirror", "reference"} or None
+    decode_mode : {"stream", "mirror", "reference"} or None
         How :meth:`update` rebuilds the quantised part at every step; every mode returns the same bits.
         The blocks always live in contiguous growable buffers (:class:`~neurips26.inference.quant.store.BlockStore`).
 
         - ``"stream"`` (default): one vectorised eager dequantisation pass per bit-width, written straight
           into the returned tensor (no intermediate concatenation); memory-frugal.
-        - ``"compiled"``: the same pass fused by ``torch.compile`` (inductor, vectorised C++ on CPU); the
-          first call of a process compiles (tens of seconds).
         - ``"mirror"`` (= ``keep_dequantized=True``): keep a dequantised copy of the flushed blocks in a
           growable buffer, appended once per flush (the codes never change); fastest, but the copy costs
           ``B H T d`` elements of the model dtype, counted as ``dequantized`` by :meth:`memory_report`
@@ -315,7 +313,7 @@ class KIVILayer(ResidualWindowLayer):
                 out[..., :tq, :] = mirror.view()
             else:
                 part = out[..., :tq, :].view(b, h, len(store), self.group_size, d)
-                store.dequantize_into(part, compiled=self.decode_mode == "compiled")
+                store.dequantize_into(part)
             out[..., tq:, :] = res
             outs.append(out)
         return outs[0], outs[1]

@@ -81,43 +81,6 @@ def _dequantize_groups(
     return q.add_(zero.to(comp).unsqueeze(-1))
 
 
-def _dequantize_groups_fn(codes, scale, zero, bits: int, lead: tuple[int, ...], group: int, comp):
-    """Same as :func:`_dequantize_groups`, out of place (for ``torch.compile``)."""
-    b, n = codes.shape[:2]
-    n_g = scale.shape[-1]
-    if 8 % bits == 0 and bits != 8:
-        shifts = torch.arange(8 // bits, dtype=torch.uint8, device=codes.device) * bits
-        q = ((codes.unsqueeze(-1) >> shifts) & ((1 << bits) - 1)).reshape(b, n, -1)
-        q = q[..., : math.prod(lead) * n_g * group]
-    else:
-        q = unpack_bits(codes, bits, math.prod(lead) * n_g * group)
-    q = q.reshape(b, n, *lead, n_g, group).to(comp)
-    return zero.to(comp).unsqueeze(-1) + q * scale.to(comp).unsqueeze(-1)
-
-
-_COMPILED: dict[str, Any] = {}
-
-
-def _compiled_dequantize():
-    """``torch.compile`` of the fused dequantise-and-permute kernels (inductor emits vectorised C++ on CPU)."""
-    if "fn" not in _COMPILED:
-
-        def keys(codes, scale, zero, bits: int, lead: tuple[int, ...], group: int, comp, dtype):
-            x = _dequantize_groups_fn(codes, scale, zero, bits, lead, group, comp)  # [B, n, H, D, 1, G]
-            return x.squeeze(-2).permute(0, 2, 1, 4, 3).to(dtype)  # [B, H, n, G, D]
-
-        def values(codes, scale, zero, bits: int, lead: tuple[int, ...], group: int, comp, dtype):
-            x = _dequantize_groups_fn(codes, scale, zero, bits, lead, group, comp)  # [B, n, H, G, n_g, G_v]
-            b, n, h, g = x.shape[:4]
-            return x.reshape(b, n, h, g, -1).permute(0, 2, 1, 3, 4).to(dtype)  # [B, H, n, G, D]
-
-        _COMPILED["fn"] = {
-            "key": torch.compile(keys, dynamic=True, fullgraph=True),
-            "value": torch.compile(values, dynamic=True, fullgraph=True),
-        }
-    return _COMPILED["fn"]
-
-
 class BlockStore:
     """Every flushed block of one kind (``"key"``: groups along tokens, ``"value"``: along channels).
 
@@ -155,6 +118,7 @@ class BlockStore:
             "scale": s.new_empty((s.shape[0], capacity, *s.shape[1:])),
             "zero": z.new_empty((z.shape[0], capacity, *z.shape[1:])),
             "n": 0,
+            "bits": block.bits,
             "meta": (tuple(block.shape), block.axis, block.group_size, block.dtype),
         }
 
@@ -253,12 +217,9 @@ class BlockStore:
         return out
 
     # -- decoding -------------------------------------------------------------------------------
-    def dequantize_into(self, out: torch.Tensor, compiled: bool = False) -> None:
-        """Write every block's reconstruction into ``out [B, H, n_blocks, G, D]`` (one pass per bit-width).
-
-        ``compiled=True`` runs the fused ``torch.compile`` kernel; both give the bits of
-        ``block.dequantize()`` for every block.
-        """
+    def dequantize_into(self, out: torch.Tensor) -> None:
+        """Write every block's reconstruction into ``out [B, H, n_blocks, G, D]`` (one pass per bit-width),
+        the bits of ``block.dequantize()`` for every block."""
         for bits, buf in self.bufs.items():
             n = buf["n"]
             if n == 0:
@@ -271,13 +232,13 @@ class BlockStore:
             if bits == FULL_PRECISION_BITS:
                 src = buf["data"][:, :n].transpose(1, 2)  # [B, H, n, G, D]
             else:
-                src = self._dequantized(buf, bits, n, out.dtype, compiled)
+                src = self._dequantized(buf, n)
             if target is None:
                 out.copy_(src)
             else:
                 out.index_copy_(2, target, src.to(out.dtype))
 
-    def _dequantized(self, buf: dict[str, Any], bits: int, n: int, dtype: torch.dtype, compiled: bool):
+    def _dequantized(self, buf: dict[str, Any], n: int) -> torch.Tensor:
         shape, _, group_size, qdtype = buf["meta"]
         comp = _compute_dtype(qdtype)
         codes, scale, zero = buf["codes"][:, :n], buf["scale"][:, :n], buf["zero"][:, :n]
@@ -286,9 +247,7 @@ class BlockStore:
             lead, group = (h, d), group_size
         else:  # [B, H, G, D]: groups of G_v channels
             lead, group = (h, g), group_size
-        if compiled:
-            return _compiled_dequantize()[self.kind](codes, scale, zero, bits, lead, group, comp, qdtype)
-        x = _dequantize_groups(codes, scale, zero, bits, lead, group, comp)
+        x = _dequantize_groups(codes, scale, zero, buf["bits"], lead, group, comp)
         if self.kind == "key":
             return x.squeeze(-2).permute(0, 2, 1, 4, 3)  # [B, n, H, D, G] -> [B, H, n, G, D]
         return x.reshape(b, n, h, g, d).permute(0, 2, 1, 3, 4)
