@@ -6,6 +6,11 @@ so NaN payloads, +-0, +-inf and subnormals survive). :func:`encode_shard` writes
 smallest of the RAW, SPARSE, BITMAP and BLOCK payloads against the receiver's exponent cache;
 :func:`decode_payload` rebuilds it bit for bit.
 
+On CPU the hot path runs as whole-shard numpy passes over zero-copy views of the tensors (bit fields via
+shifts with a truncating ``uint8`` output, ``packbits``/``unpackbits`` for the bitmaps, ``flatnonzero`` and
+``take`` for the changed exponents) and writes straight into a preallocated payload body; every other
+device, and CPU with :data:`NUMPY_CPU` off, runs the torch reference path. Both produce the same bytes.
+
 .. math::
 
     \mathrm{bytes}_{\mathrm{SPARSE}} = S + 5 n_c,\quad
@@ -27,6 +32,7 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 
 from neurips26.common.checks import check_choice, check_float, check_int
@@ -41,6 +47,8 @@ _CODE_DTYPE = {v: k for k, v in _DTYPE_CODE.items()}
 HEADER_BYTES = 24
 _HEADER = struct.Struct("<BBBBIqq")
 _FLAG_CRC, _FLAG_OVERFLOW = 1, 2
+NUMPY_CPU = True
+"""CPU tensors take the numpy kernels (set ``False`` to run the torch reference path on CPU as well)."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -62,7 +70,7 @@ class AdERAConfig:
     ema_decay : float
         Decay of the change-rate EMA (default 0.9).
     block_size : int
-        ``Bk`` of the BLOCK mode (default 256).
+        ``Bk`` of the BLOCK mode (default 256); a power of two >= 8 (the header stores its log2).
     modes : tuple of str
         Candidate wire modes after warm-up; the smallest payload among them is sent.
     capacity_frac : float or None
@@ -101,8 +109,8 @@ class AdERAConfig:
         check_choice("warmup", self.warmup, ("ema", "fixed"))
         check_float("ema_decay", self.ema_decay, 0.0, 1.0, high_open=True)
         check_int("block_size", self.block_size, low=8)
-        if self.block_size % 8:
-            raise ValueError(f"block_size must be a multiple of 8, got {self.block_size}")
+        if self.block_size & (self.block_size - 1):  # the payload header stores log2(block_size)
+            raise ValueError(f"block_size must be a power of two (>= 8), got {self.block_size}")
         self.modes = tuple(self.modes)
         if not self.modes:
             raise ValueError("modes must name at least one of " + str(list(MODES)))
@@ -130,6 +138,67 @@ def _check_float_tensor(name: str, x: Any) -> torch.Tensor:
 
 def _flat(x: torch.Tensor) -> torch.Tensor:
     return x.reshape(-1) if x.is_contiguous() else x.contiguous().reshape(-1)
+
+
+# --------------------------------------------------------------------------------------------
+# CPU kernels: one numpy pass per step over zero-copy views, outputs written in place
+# --------------------------------------------------------------------------------------------
+_NP_WORD = {
+    torch.bfloat16: (torch.int16, np.uint16, 7),
+    torch.float16: (torch.int16, np.uint16, 10),
+    torch.float32: (torch.int32, np.uint32, 23),
+}
+
+
+def _numpy_ok(*tensors: torch.Tensor | None) -> bool:
+    return NUMPY_CPU and all(t is None or (t.device.type == "cpu" and t.is_contiguous()) for t in tensors)
+
+
+def _np_words(x: torch.Tensor) -> np.ndarray:
+    """Unsigned-integer numpy view of a contiguous CPU float tensor (no copy)."""
+    iv, nv, _ = _NP_WORD[x.dtype]
+    return x.detach().view(iv).numpy().view(nv)
+
+
+def _np_exponents(words: np.ndarray, dtype: torch.dtype, out: np.ndarray) -> np.ndarray:
+    """Biased exponents into ``out`` (uint8 [m]): one shift whose uint8 output drops the sign bit."""
+    np.right_shift(words, _NP_WORD[dtype][2], out=out, casting="unsafe")
+    if dtype == torch.float16:
+        np.bitwise_and(out, 0x1F, out=out)
+    return out
+
+
+def _np_bf16_sm(words: np.ndarray, out: np.ndarray, scratch: np.ndarray) -> None:
+    """bf16 sign+mantissa bytes ``f6..f0 s`` into ``out`` (uint8 [m]); ``scratch``: uint8 [m]."""
+    np.left_shift(words, 1, out=out, casting="unsafe")
+    np.right_shift(words, 15, out=scratch, casting="unsafe")
+    np.bitwise_or(out, scratch, out=out)
+
+
+def _np_bf16_join(e: np.ndarray, sm: np.ndarray, out: np.ndarray) -> None:
+    """bf16 words into ``out`` (uint16 [m]): ``w = e << 8 | sm`` rotated right by one bit."""
+    np.left_shift(e, 8, out=out, dtype=np.uint16)
+    np.bitwise_or(out, sm, out=out)
+    low = np.left_shift(out, 15)  # bit 0 of w (the sign) moves to bit 15
+    np.right_shift(out, 1, out=out)
+    np.bitwise_or(out, low, out=out)
+
+
+def _np_block_flags(packed: np.ndarray, m: int, block_size: int) -> np.ndarray:
+    """Changed-block flags (bool [ceil(m / Bk)]) from the packed change bitmap."""
+    nb, per = (m + block_size - 1) // block_size, block_size // 8
+    padded = np.zeros(nb * per, dtype=np.uint8)
+    padded[: packed.size] = packed
+    if per % 8 == 0:
+        return (padded.view(np.uint64).reshape(nb, per // 8) != 0).any(axis=1)
+    return (padded.reshape(nb, per) != 0).any(axis=1)
+
+
+def _np_block_elems(flags: np.ndarray, m: int, block_size: int) -> int:
+    n_cb = int(np.count_nonzero(flags))
+    if n_cb == 0:
+        return 0
+    return n_cb * block_size - (flags.size * block_size - m if flags[-1] else 0)
 
 
 # --------------------------------------------------------------------------------------------
@@ -182,6 +251,12 @@ def split_fields(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     _check_float_tensor("x", x)
     flat = _flat(x)
     m = flat.numel()
+    if flat.dtype == torch.bfloat16 and _numpy_ok(flat):
+        e, sm = torch.empty(m, dtype=torch.uint8), torch.empty(m, dtype=torch.uint8)
+        words = _np_words(flat)
+        _np_exponents(words, flat.dtype, e.numpy())
+        _np_bf16_sm(words, sm.numpy(), np.empty(m, dtype=np.uint8))
+        return e, sm
     if flat.dtype == torch.float16:
         u = flat.view(torch.int16)
         e = ((u >> 10) & 0x1F).to(torch.uint8)
@@ -209,6 +284,9 @@ def join_fields(
     m = e.numel()
     if out is None:
         out = torch.empty(m, dtype=dtype, device=e.device)
+    if dtype == torch.bfloat16 and _numpy_ok(e, sm, out):
+        _np_bf16_join(e.numpy(), sm.numpy(), _np_words(out))
+        return out
     if dtype == torch.float16:
         nb = (m + 7) // 8
         t3 = torch.zeros(m, dtype=torch.int16, device=e.device)
@@ -231,6 +309,10 @@ def exponents(x: torch.Tensor) -> torch.Tensor:
     """Exponent field of every element of ``x`` as a contiguous uint8 [m]."""
     _check_float_tensor("x", x)
     flat = _flat(x)
+    if _numpy_ok(flat):
+        out = torch.empty(flat.numel(), dtype=torch.uint8)
+        _np_exponents(_np_words(flat), flat.dtype, out.numpy())
+        return out
     if flat.dtype == torch.float16:
         return ((flat.view(torch.int16) >> 10) & 0x1F).to(torch.uint8)
     if flat.dtype == torch.float32:
@@ -239,7 +321,7 @@ def exponents(x: torch.Tensor) -> torch.Tensor:
 
 
 def _crc(x: torch.Tensor) -> int:
-    return zlib.crc32(_flat(x).view(torch.uint8).cpu().numpy().tobytes()) & 0xFFFFFFFF
+    return zlib.crc32(_flat(x).detach().view(torch.uint8).cpu().numpy()) & 0xFFFFFFFF
 
 
 # --------------------------------------------------------------------------------------------
@@ -309,6 +391,8 @@ class Payload:
     def to_bytes(self) -> torch.Tensor:
         """Serialise header + body into one uint8 tensor on the body's device."""
         flags = (_FLAG_CRC if self.crc is not None else 0) | (_FLAG_OVERFLOW if self.overflow else 0)
+        if self.block_size < 1 or self.block_size & (self.block_size - 1):
+            raise ValueError(f"block_size must be a power of two to be serialised, got {self.block_size}")
         log_block = int(math.log2(self.block_size))
         header = _HEADER.pack(
             _MODE_CODE[self.mode],
@@ -394,13 +478,8 @@ def encode_shard(
             raise ValueError(f"cache must be a uint8 tensor with {m} elements (one exponent per element)")
     if mode is not None:
         check_choice("mode", mode, MODES)
-    e, sm = split_fields(flat)
     crc = _crc(flat) if config.verify else None
     bk = config.block_size
-    if cache is None:
-        return Payload("raw", flat.dtype, m, -1, flat.view(torch.uint8).clone(), crc, bk, exponents=e)
-    changed = e != cache
-    n_c = int(torch.count_nonzero(changed).item())
     candidates = (
         (mode,)
         if mode is not None
@@ -408,6 +487,13 @@ def encode_shard(
     )
     if m >= 2**31 - 1:
         candidates = tuple(c for c in candidates if c != "sparse") or ("bitmap",)
+    if _numpy_ok(flat, cache):
+        return _encode_numpy(flat, cache, candidates, crc, bk)
+    e, sm = split_fields(flat)
+    if cache is None:
+        return Payload("raw", flat.dtype, m, -1, flat.view(torch.uint8).clone(), crc, bk, exponents=e)
+    changed = e != cache
+    n_c = int(torch.count_nonzero(changed).item())
     block_flags = idx_all = None
     block_elems = 0
     sizes = {c: payload_size(c, m, flat.dtype, n_c) for c in candidates if c != "block"}
@@ -441,6 +527,106 @@ def encode_shard(
         exps = e_pad.view(nb, bk)[block_flags].reshape(-1)[:block_elems]
         body = torch.cat([sm, _packbits(block_flags), exps])
     return Payload(best, flat.dtype, m, n_c, body, crc, bk, exponents=e)
+
+
+def _pick(sizes: dict[str, int]) -> str:
+    """Smallest payload; ties go to the earlier of sparse, bitmap, block, raw."""
+    return min((c for c in ("sparse", "bitmap", "block", "raw") if c in sizes), key=lambda c: sizes[c])
+
+
+def _encode_numpy(
+    flat: torch.Tensor, cache: torch.Tensor | None, candidates: tuple[str, ...], crc: int | None, bk: int
+) -> Payload:
+    """CPU :func:`encode_shard`: same mode choice and bytes as the torch path, whole-shard numpy passes."""
+    m, dtype = flat.numel(), flat.dtype
+    words = _np_words(flat)
+    e = torch.empty(m, dtype=torch.uint8)
+    en = _np_exponents(words, dtype, e.numpy())
+    if cache is None:
+        return Payload("raw", dtype, m, -1, flat.view(torch.uint8).clone(), crc, bk, exponents=e)
+    changed = np.not_equal(en, cache.numpy())
+    n_c = int(np.count_nonzero(changed))
+    sizes = {c: payload_size(c, m, dtype, n_c) for c in candidates if c != "block"}
+    s, nb = sm_stream_bytes(m, dtype), (m + bk - 1) // bk
+    packed = flags = None
+    if "block" in candidates and (not sizes or s + (nb + 7) // 8 + n_c < min(sizes.values())):
+        packed = np.packbits(changed, bitorder="little")
+        flags = _np_block_flags(packed, m, bk)
+        elems = _np_block_elems(flags, m, bk)
+        sizes["block"] = payload_size("block", m, dtype, n_c, block_size=bk, changed_block_elems=elems)
+    best = _pick(sizes)
+    if best == "raw":
+        return Payload("raw", dtype, m, n_c, flat.view(torch.uint8).clone(), crc, bk, exponents=e)
+    body = torch.empty(sizes[best], dtype=torch.uint8)
+    bn = body.numpy()
+    rest = bn[s:]
+    if best == "sparse":
+        idx = np.flatnonzero(changed)
+        rest[: 4 * n_c] = idx.astype("<i4").view(np.uint8)
+        np.take(en, idx, out=rest[4 * n_c :], mode="clip")
+    elif best == "bitmap":
+        nbytes = (m + 7) // 8
+        if packed is None:
+            rest[:nbytes] = np.packbits(changed, bitorder="little")
+        else:
+            rest[:nbytes] = packed
+        np.take(en, np.flatnonzero(changed), out=rest[nbytes:], mode="clip")
+    else:
+        fb, nf = (nb + 7) // 8, m // bk
+        rest[:fb] = np.packbits(flags, bitorder="little")
+        rows = np.flatnonzero(flags[:nf])
+        k = rows.size
+        np.take(
+            en[: nf * bk].reshape(nf, bk),
+            rows,
+            axis=0,
+            out=rest[fb : fb + k * bk].reshape(k, bk),
+            mode="clip",
+        )
+        if nb > nf and flags[-1]:
+            rest[fb + k * bk :] = en[nf * bk :]
+    if dtype == torch.bfloat16:
+        _np_bf16_sm(words, bn[:s], changed.view(np.uint8))  # the change mask is spent: reuse it as scratch
+    else:
+        bn[:s] = split_fields(flat)[1].numpy()
+    return Payload(best, dtype, m, n_c, body, crc, bk, exponents=e)
+
+
+def _decode_numpy(payload: Payload, cache: torch.Tensor | None, out: torch.Tensor) -> None:
+    """CPU :func:`decode_payload` (arguments already checked): cache update, then one join pass into ``out``."""
+    m, dtype, bn = payload.numel, payload.dtype, payload.body.numpy()
+    if payload.mode == "raw":
+        out.view(torch.uint8).copy_(payload.body)
+        if cache is not None:
+            _np_exponents(_np_words(out), dtype, cache.numpy())
+        return
+    if cache is None:
+        raise ValueError(
+            f"decoding a {payload.mode!r} payload needs the receiver's uint8 exponent cache of {m} elements"
+        )
+    s, n_c, cn = sm_stream_bytes(m, dtype), payload.n_changed, cache.numpy()
+    rest = bn[s:]
+    if payload.mode == "sparse":
+        cn[rest[: 4 * n_c].copy().view("<i4")] = rest[4 * n_c : 5 * n_c]
+    elif payload.mode == "bitmap":
+        nbytes = (m + 7) // 8
+        mask = np.unpackbits(rest[:nbytes], count=m, bitorder="little").view(bool)
+        cn[np.flatnonzero(mask)] = rest[nbytes : nbytes + n_c]
+    else:
+        bk = payload.block_size
+        nb, nf = (m + bk - 1) // bk, m // bk
+        fb = (nb + 7) // 8
+        flags = np.unpackbits(rest[:fb], count=nb, bitorder="little").view(bool)
+        exps = rest[fb:]
+        rows = np.flatnonzero(flags[:nf])
+        k = rows.size
+        cn[: nf * bk].reshape(nf, bk)[rows] = exps[: k * bk].reshape(k, bk)
+        if nb > nf and flags[-1]:
+            cn[nf * bk :] = exps[k * bk : k * bk + m - nf * bk]
+    if dtype == torch.bfloat16:
+        _np_bf16_join(cn, bn[:s], _np_words(out))
+    else:
+        join_fields(cache, payload.body[:s], dtype, out=out)
 
 
 def decode_payload(
@@ -480,7 +666,9 @@ def decode_payload(
         )
     if out is None:
         out = torch.empty(m, dtype=dtype, device=body.device)
-    if payload.mode == "raw":
+    if _numpy_ok(body, cache, out) and (cache is None or cache.numel() == m and cache.dtype == torch.uint8):
+        _decode_numpy(payload, cache, out)
+    elif payload.mode == "raw":
         out.view(torch.uint8).copy_(body)
         if cache is not None:
             cache.copy_(exponents(out))

@@ -200,6 +200,10 @@ class AdERAState:
         Mode this rank sent on each call (``"raw"`` during warm-up; the largest chunk's mode otherwise).
     time_encode, time_decode, time_decision : float
         Seconds spent encoding, decoding, and deciding.
+    decision_history : list of dict
+        One entry per adaptive decision (the cost model's choice and its inputs): ``iteration``,
+        ``compress``, ``change_rate``, measured ``t_enc`` / ``t_dec`` (max over ranks) and the modelled
+        ``t_raw`` / ``t_adera`` seconds of the gathered tensor.
     """
 
     def __init__(
@@ -241,6 +245,7 @@ class AdERAState:
         self.time_decision = 0.0
         self.change_rate_history: list[float] = []
         self.mode_history: list[str] = []
+        self.decision_history: list[dict[str, Any]] = []
 
     @property
     def itemsize(self) -> int:
@@ -283,13 +288,21 @@ class AdERAState:
         t_dec = (time.perf_counter() - t0) * comm.world_size
         times = comm.all_reduce_max(torch.tensor([t_enc, t_dec], dtype=torch.float64))
         self.t_enc, self.t_dec = float(times[0]), float(times[1])
-        self.compress = self.cost_model.should_compress(
-            self.numel * comm.world_size,
-            min(max(self.ema_rate or 0.0, 0.0), 1.0),
-            self.t_enc,
-            self.t_dec,
-            world_size=comm.world_size,
-            dtype=self.dtype,
+        rate = min(max(self.ema_rate or 0.0, 0.0), 1.0)
+        total, p, model = self.numel * comm.world_size, comm.world_size, self.cost_model
+        self.compress = model.should_compress(
+            total, rate, self.t_enc, self.t_dec, world_size=p, dtype=self.dtype
+        )
+        self.decision_history.append(
+            {
+                "iteration": self.iteration,
+                "compress": self.compress,
+                "change_rate": rate,
+                "t_enc": self.t_enc,
+                "t_dec": self.t_dec,
+                "t_raw": model.t_raw(total, p, self.itemsize),
+                "t_adera": model.t_adera(total, p, rate, self.t_enc, self.t_dec, self.dtype),
+            }
         )
         self.last_decision = self.iteration
         self.time_decision += time.perf_counter() - start
@@ -307,4 +320,5 @@ class AdERAState:
             "time_encode": self.time_encode,
             "time_decode": self.time_decode,
             "time_decision": self.time_decision,
+            "decisions": list(self.decision_history),
         }
