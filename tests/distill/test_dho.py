@@ -49,7 +49,9 @@ def test_mix_heads_reductions_and_simplex():
     torch.testing.assert_close(p.sum(-1), torch.ones(5), atol=1e-6, rtol=0)
 
 
-@pytest.mark.parametrize("alpha,beta,match", [(-0.1, 1.0, "-0.1"), (1.5, 1.0, "1.5"), (0.5, 0.0, "0.0"), (0.5, -2.0, "-2.0")])
+@pytest.mark.parametrize(
+    "alpha,beta,match", [(-0.1, 1.0, "-0.1"), (1.5, 1.0, "1.5"), (0.5, 0.0, "0.0"), (0.5, -2.0, "-2.0")]
+)
 def test_mix_heads_bad_alpha_beta(alpha, beta, match):
     z = torch.zeros(2, 3)
     with pytest.raises(ValueError, match=match):
@@ -208,3 +210,89 @@ def test_train_dho_is_deterministic_and_records_conflict():
     assert runs[0] == runs[1]
     assert len(runs[0]["grad_cosine"]) == 5
     assert all(-1.0 <= c <= 1.0 for c in runs[0]["grad_cosine"])
+
+
+def test_cached_teacher_matches_online_and_calls_only_missing():
+    teacher = nn.Linear(5, 4)
+    calls = []
+
+    def fn(x):
+        calls.append(x.shape[0])
+        return teacher(x)
+
+    cache = CachedTeacher(fn, 4)
+    g = torch.Generator().manual_seed(0)
+    pool = torch.randn(40, 5, generator=g)
+    seen: set[int] = set()
+    for _ in range(6):
+        idx = torch.randint(0, 40, (9,), generator=g)
+        before, missing = len(calls), sum(int(i) not in seen for i in idx)
+        out = cache(pool[idx], idx)
+        torch.testing.assert_close(out, teacher(pool[idx]).detach())
+        assert out.shape == (9, 4) and not out.requires_grad
+        # the teacher saw exactly the rows whose index was new (a repeated new index counts per row)
+        assert calls[before:] == ([missing] if missing else [])
+        seen |= {int(i) for i in idx}
+        assert len(cache) == len(seen)
+    n_calls = len(calls)
+    idx = torch.tensor(sorted(seen))
+    cache(pool[idx], idx)
+    assert len(calls) == n_calls  # all hits: no teacher call
+    # the cache returns what it stored, not a recomputation: a different x under a cached index is ignored
+    torch.testing.assert_close(cache(torch.zeros(len(idx), 5), idx), teacher(pool[idx]).detach())
+
+
+def test_cached_teacher_bad_index():
+    cache = CachedTeacher(nn.Linear(5, 4), 4)
+    x = torch.randn(3, 5)
+    with pytest.raises(TypeError, match="integer tensor"):
+        cache(x, torch.tensor([0.0, 1.0, 2.0]))
+    with pytest.raises(TypeError, match="integer tensor"):
+        cache(x, [0, 1, 2])
+    with pytest.raises(ValueError, match="length B = 3"):
+        cache(x, torch.tensor([0, 1]))
+    with pytest.raises(ValueError, match="non-negative"):
+        cache(x, torch.tensor([0, -1, 2]))
+    with pytest.raises(ValueError, match="K = 3"):
+        CachedTeacher(nn.Linear(5, 4), 3)(x, torch.tensor([0, 1, 2]))
+
+
+def test_ce_only_skips_the_unlabelled_forward_exactly():
+    """At lambda = 1 the unlabelled forward is skipped; weights equal those of a loop that runs it with weight 0,
+    and the unlabelled batch is still augmented (a shared augmentation stream advances as in the other arms)."""
+    teacher = nn.Linear(5, 4)
+    g = torch.Generator().manual_seed(4)
+    x_l, y, x_u = (
+        torch.randn(6, 5, generator=g),
+        torch.randint(0, 4, (6,), generator=g),
+        torch.randn(8, 5, generator=g),
+    )
+    lab, unl = [(x_l[:3], y[:3]), (x_l[3:], y[3:])], [x_u[:4], x_u[4:]]
+
+    def noise(gen):
+        return lambda x: x + 0.1 * torch.randn(x.shape, generator=gen)
+
+    m = _model(seed=3)
+    calls = []
+    m.backbone.register_forward_hook(lambda mod, inp, out: calls.append(inp[0].shape[0]))
+    aug_gen = torch.Generator().manual_seed(9)
+    train_dho(m, teacher, lab, unl, loss=DHOLoss(lam=1.0), steps=5, lr=1e-2, augment=noise(aug_gen))
+    assert calls == [3] * 5  # labelled batches only
+    # reference: the same schedule by hand, with the unlabelled forward kept at weight 0
+    ref = _model(seed=3)
+    opt = torch.optim.AdamW(ref.parameters(), lr=1e-2, weight_decay=0.01)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: (s + 1) / 1 if s < 1 else (5 - s) / 4)
+    gen = torch.Generator().manual_seed(9)
+    aug = noise(gen)
+    for step in range(5):
+        (xl, yl), xu = lab[step % 2], unl[step % 2]
+        out_l = ref(aug(xl))
+        out_u = ref(aug(xu))
+        parts = DHOLoss(lam=1.0)(out_l, yl, out_u, teacher(xl).detach(), teacher(xu).detach())
+        opt.zero_grad()
+        parts["loss"].backward()
+        opt.step()
+        sched.step()
+    for a, b in zip(m.parameters(), ref.parameters()):
+        assert torch.equal(a, b)
+    assert torch.equal(aug_gen.get_state(), gen.get_state())

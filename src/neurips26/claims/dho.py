@@ -12,6 +12,7 @@ batches, augmentation and teacher logits; single-head KD is the DHO model with t
 
 from __future__ import annotations
 
+import functools
 import time
 from pathlib import Path
 
@@ -40,10 +41,15 @@ METHOD = "dho"
 BASELINES = ("single_head_kd", "ce_only")
 REFERENCES = ("dho_fixed_mix", "teacher")
 ARMS = (METHOD, *BASELINES, *REFERENCES)
-SPLITS = {"digits": {"teacher": 600, "val": 100, "test": 400}, "mnist": {"teacher": 1500, "val": 200, "test": 1000}}
+SPLITS = {
+    "digits": {"teacher": 600, "val": 100, "test": 400},
+    "mnist": {"teacher": 1500, "val": 200, "test": 1000},
+}
 
 
+@functools.lru_cache(maxsize=2)
 def _images(dataset: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Images and labels of a dataset, loaded once per process (read-only: callers index copies)."""
     if dataset == "digits":
         return load_digits(flatten=False)
     x, y = load_mnist()
@@ -69,14 +75,13 @@ def _split(y: torch.Tensor, sizes: dict, seed: int) -> dict[str, np.ndarray]:
 
 
 def _shift(x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-    """Random +-1 px translation per image (zero fill)."""
+    """Random +-1 px translation per image (zero fill): one gather of a 3x3 grid of shifted windows."""
     b, _, h, w = x.shape
     pad = F.pad(x, (1, 1, 1, 1))
     dy = torch.randint(0, 3, (b,), generator=gen)
     dx = torch.randint(0, 3, (b,), generator=gen)
-    rows = (torch.arange(h)[None, :] + dy[:, None])[:, :, None]
-    cols = (torch.arange(w)[None, :] + dx[:, None])[:, None, :]
-    return pad[torch.arange(b)[:, None, None], 0, rows, cols].unsqueeze(1)
+    windows = pad[:, 0].unfold(1, h, 1).unfold(2, w, 1)  # (b, 3, 3, h, w), a view of pad
+    return windows[torch.arange(b), dy, dx].unsqueeze(1)
 
 
 def _train_teacher(x: torch.Tensor, y: torch.Tensor, cfg: dict, seed: int) -> dict:
@@ -163,12 +168,13 @@ def _setting(dataset: str, k: int, cfg: dict, seed: int) -> dict:
         METHOD: (False, DHOLoss(lam=cfg["lam"], temperature=cfg["temperature"])),
     }
     budget, cos = {}, {}
+    # one cache for all arms: they draw the same batches, so each index's logits come from the same batch
+    cached = CachedTeacher(teacher, 10)  # clean images in, logits cached by sample index
     for name, (tie, loss) in arms.items():
         # identical backbone and CE-head initialisation for every arm (the KD head is drawn last)
         torch.manual_seed(seed)
         model = DualHeadClassifier(_backbone(dataset), 32, 10, tie_heads=tie)
         aug = torch.Generator().manual_seed(seed + 7)
-        cached = CachedTeacher(teacher, 10)  # clean images in, logits cached by sample index
         t0 = time.perf_counter()
         hist = train_dho(
             model,
@@ -189,7 +195,9 @@ def _setting(dataset: str, k: int, cfg: dict, seed: int) -> dict:
             a, b, val_acc = tune_head_mixing(out_v.ce_logits, out_v.kd_logits, yv)
             model.set_mixing(a, b)
             row["alpha"], row["beta"], row["val_acc"] = a, b, val_acc
-            row[METHOD] = float((mix_heads(out_t.ce_logits, out_t.kd_logits, a, b).argmax(-1) == yt).float().mean())
+            row[METHOD] = float(
+                (mix_heads(out_t.ce_logits, out_t.kd_logits, a, b).argmax(-1) == yt).float().mean()
+            )
             fixed = mix_heads(out_t.ce_logits, out_t.kd_logits, 0.5, 1.0)
             row["dho_fixed_mix"] = float((fixed.argmax(-1) == yt).float().mean())
             row["dho_ce_head"] = float((out_t.ce_logits.argmax(-1) == yt).float().mean())
@@ -202,8 +210,6 @@ def _setting(dataset: str, k: int, cfg: dict, seed: int) -> dict:
     row["grad_cos"] = cos
     row["budget"] = budget
     return row
-
-
 
 
 SETTINGS = ("digits_k2", "digits_k5", "mnist_k2", "mnist_k5")
@@ -258,8 +264,11 @@ def _plot(result: dict, folder: Path) -> list[Path]:
     ax[0].set_ylim(0.3, 1.0)
     ax[0].legend(fontsize=7)
     gc = result["metrics"]["grad_cos"]
-    ax[1].bar([0, 1], [np.mean(gc[METHOD]), np.mean(gc["single_head_kd"])],
-              yerr=[np.std(gc[METHOD]), np.std(gc["single_head_kd"])])
+    ax[1].bar(
+        [0, 1],
+        [np.mean(gc[METHOD]), np.mean(gc["single_head_kd"])],
+        yerr=[np.std(gc[METHOD]), np.std(gc["single_head_kd"])],
+    )
     ax[1].set_xticks([0, 1], ["dho", "single_head_kd"])
     ax[1].set_ylabel("cos(grad CE, grad KD) on the backbone, last 20% of steps")
     return [save_figure(fig, folder, "dho_accuracy", dpi=100)]
@@ -281,7 +290,9 @@ _ITEMS_MNIST = {"smoke": 1000, "quick": 1000, "full": 1000}
 
 
 def _vs_kd(setting: str) -> Better:
-    return Better(f"acc_{setting}", baseline="single_head_kd", margin=0.0, min_seeds=3, label=f"dho_vs_kd_{setting}")
+    return Better(
+        f"acc_{setting}", baseline="single_head_kd", margin=0.0, min_seeds=3, label=f"dho_vs_kd_{setting}"
+    )
 
 
 CLAIM = Claim(
@@ -296,14 +307,28 @@ CLAIM = Claim(
     references=REFERENCES,
     premises=(
         AtLeast("teacher_acc_unlabeled", threshold=0.5, arm="teacher", label="teacher_nontrivial"),
-        Better("acc_digits_k2", arm="single_head_kd", baseline="ce_only", margin=0.0, min_seeds=3,
-               label="kd_helps_digits_k2"),
-        Better("acc_mnist_k2", arm="single_head_kd", baseline="ce_only", margin=0.0, min_seeds=3,
-               label="kd_helps_mnist_k2"),
+        Better(
+            "acc_digits_k2",
+            arm="single_head_kd",
+            baseline="ce_only",
+            margin=0.0,
+            min_seeds=3,
+            label="kd_helps_digits_k2",
+        ),
+        Better(
+            "acc_mnist_k2",
+            arm="single_head_kd",
+            baseline="ce_only",
+            margin=0.0,
+            min_seeds=3,
+            label="kd_helps_mnist_k2",
+        ),
     ),
     criteria=(
         *(_vs_kd(s) for s in SETTINGS),
-        Better("acc_digits_k5", baseline="teacher", margin=-0.02, min_seeds=3, label="near_teacher_digits_k5"),
+        Better(
+            "acc_digits_k5", baseline="teacher", margin=-0.02, min_seeds=3, label="near_teacher_digits_k5"
+        ),
         Better("acc_mnist_k5", baseline="teacher", margin=-0.02, min_seeds=3, label="near_teacher_mnist_k5"),
         Better("grad_cos", baseline="single_head_kd", margin=0.0, min_seeds=3, label="less_conflict"),
         AtMost("param_overhead", threshold=0.10, kind="design", label="param_overhead"),
@@ -312,7 +337,11 @@ CLAIM = Claim(
         Headline(
             "Across 15 datasets DHO beats single-head KD baselines consistently and often beats the teacher "
             "with a smaller student",
-            criteria=(*(f"dho_vs_kd_{s}" for s in SETTINGS), "near_teacher_digits_k5", "near_teacher_mnist_k5"),
+            criteria=(
+                *(f"dho_vs_kd_{s}" for s in SETTINGS),
+                "near_teacher_digits_k5",
+                "near_teacher_mnist_k5",
+            ),
         ),
         Headline(
             "The dual heads mitigate the gradient conflict between the CE and KD signals on shared features",
@@ -327,7 +356,9 @@ CLAIM = Claim(
             "Released ViT-B/16 and ViT-L/14 students reach 81.6-85.9% ImageNet top-1",
             untested="the checkpoints and ImageNet are not available offline",
         ),
-        Headline("Less than 10% parameter increase and negligible FLOPs change", criteria=("param_overhead",)),
+        Headline(
+            "Less than 10% parameter increase and negligible FLOPs change", criteria=("param_overhead",)
+        ),
     ),
     items={
         "acc_digits_k2": _ITEMS_DIGITS,

@@ -461,7 +461,11 @@ class CachedTeacher:
         ``K``; every returned logit row is checked against it.
 
     ``teacher(x)`` calls the teacher; ``teacher(x, index)`` returns cached logits for the sample
-    indices ``index`` (B,), computing only the missing ones.
+    indices ``index`` (B,) (non-negative integers), calling the teacher only on the rows of ``x``
+    whose index is not cached yet, in batch order. The cache is a ``(capacity, K)`` tensor indexed
+    by sample index (grown by doubling), so a lookup is one gather, not a Python loop over samples.
+    One instance can serve several students trained on the same data (the logits are those of the
+    first batch that contained each index).
     """
 
     def __init__(self, teacher_fn: Callable[[Tensor], Tensor], num_classes: int):
@@ -469,26 +473,53 @@ class CachedTeacher:
             raise TypeError(f"teacher_fn must be callable, got {type(teacher_fn).__name__}")
         self.teacher_fn = teacher_fn
         self.num_classes = check_int("num_classes", num_classes, low=2)
-        self._cache: dict[int, Tensor] = {}
+        self._table: Tensor | None = None  # (capacity, K) logits by sample index, created on the first miss
+        self._have = torch.zeros(0, dtype=torch.bool)  # (capacity,) which rows of _table are filled
         if isinstance(teacher_fn, nn.Module):
             teacher_fn.eval()
+
+    def _keys(self, index: Any, batch: int) -> Tensor:
+        if not isinstance(index, Tensor) or index.dtype not in (
+            torch.int64,
+            torch.int32,
+            torch.int16,
+            torch.uint8,
+        ):
+            got = index.dtype if isinstance(index, Tensor) else type(index).__name__
+            raise TypeError(f"index must be an integer tensor of sample indices (B,), got {got}")
+        keys = index.reshape(-1).long().cpu()
+        if keys.numel() != batch:
+            raise ValueError(f"index must have length B = {batch}, got {keys.numel()}")
+        if batch == 0:
+            raise ValueError("index must hold at least one sample index (B >= 1)")
+        if int(keys.min()) < 0:
+            raise ValueError(f"index must hold non-negative sample indices, got {int(keys.min())}")
+        return keys
 
     @torch.no_grad()
     def __call__(self, x: Tensor, index: Tensor | None = None) -> Tensor:
         if index is None:
             return _check_logits("teacher logits", self.teacher_fn(x).detach(), self.num_classes)
-        keys = [int(i) for i in index.reshape(-1)]
-        if len(keys) != x.shape[0]:
-            raise ValueError(f"index must have length B = {x.shape[0]}, got {len(keys)}")
-        missing = [j for j, k in enumerate(keys) if k not in self._cache]
-        if missing:
+        keys = self._keys(index, x.shape[0])
+        need = int(keys.max()) + 1
+        if need > self._have.numel():
+            capacity = max(need, 2 * self._have.numel())
+            self._have = torch.cat([self._have, self._have.new_zeros(capacity - self._have.numel())])
+        missing = (~self._have[keys]).nonzero().reshape(-1)
+        if missing.numel():
             logits = _check_logits("teacher logits", self.teacher_fn(x[missing]).detach(), self.num_classes)
-            for j, row in zip(missing, logits):
-                self._cache[keys[j]] = row.clone()
-        return torch.stack([self._cache[k] for k in keys])
+            if self._table is None or self._table.shape[0] < self._have.numel():
+                grown = logits.new_zeros(self._have.numel(), self.num_classes)
+                if self._table is not None:
+                    grown[: self._table.shape[0]] = self._table
+                self._table = grown
+            rows = keys[missing]
+            self._table[rows.to(self._table.device)] = logits.to(self._table.dtype)
+            self._have[rows] = True
+        return self._table[keys.to(self._table.device)]
 
     def __len__(self) -> int:
-        return len(self._cache)
+        return int(self._have.sum())
 
 
 def _cycle(loader: Iterable) -> Iterator:
@@ -526,9 +557,14 @@ def train_dho(
 ) -> dict[str, Any]:
     """Train a (dual- or tied-head) student with :class:`DHOLoss`.
 
-    The optimiser defaults to AdamW with a linear warm-up over ``warmup_frac`` of the steps and a
-    linear decay to 0 (reference defaults). The teacher runs under ``torch.no_grad()`` on the
-    *un-augmented* inputs (so cached and online teachers agree); the student sees ``augment(x)``.
+    The optimiser defaults to AdamW (multi-tensor ``foreach`` form) with a linear warm-up over
+    ``warmup_frac`` of the steps and a linear decay to 0 (reference defaults). The teacher runs under
+    ``torch.no_grad()`` on the *un-augmented* inputs (so cached and online teachers agree); the student
+    sees ``augment(x)``. At ``lambda = 1`` (CE only) the unlabelled KD term has weight 0, so the
+    student's forward on the unlabelled batch is skipped (the loss and every gradient are unchanged:
+    the term only ever added zeros); the unlabelled batch is still drawn, augmented and shown to the
+    teacher, so a stateful sampler, augmentation or :class:`CachedTeacher` advances exactly as in the
+    other arms.
 
     Parameters
     ----------
@@ -564,7 +600,8 @@ def train_dho(
     if isinstance(teacher, nn.Module):
         teacher.eval()
     if optimizer is None:
-        optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+        # foreach: the multi-tensor AdamW, same update (bit-identical on CPU) with fewer kernel launches
+        optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay, foreach=True)
     warm = max(1, int(round(warmup_frac * steps)))
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: (s + 1) / warm if s < warm else max(0.0, (steps - s) / max(1, steps - warm))
@@ -588,8 +625,12 @@ def train_dho(
                 x_u, idx_u = ub, None
             else:
                 x_u, idx_u = ub[0], (ub[1] if len(ub) > 1 else None)
+            # drawn, augmented and shown to the teacher even when unused, so every arm advances the same data,
+            # augmentation and teacher-cache streams
             t_u = _teacher_logits(teacher, x_u, idx_u)
-            out_u = model(augment(x_u) if augment else x_u)
+            x_u_aug = augment(x_u) if augment else x_u
+            if loss.lam < 1.0:  # at lambda = 1 the unlabelled KD term has weight 0: no student forward needed
+                out_u = model(x_u_aug)
         parts = loss(out_l, y, out_u, t_l, t_u)
         kd = parts["kd_labeled"] + parts["kd_unlabeled"]
         if step >= start and (step - start) % conflict_every == 0 and 0.0 < loss.lam < 1.0:
