@@ -80,8 +80,11 @@ def test_c1_objective_is_unbiased_for_the_human_loss():
     h = (torch.rand(reps, n, generator=g) < 0.7).float()
     values = torch.stack(
         [
-            objective(soft_logistic_loss(m_p[r], torch.full((N,), 0.95)),
-                      soft_logistic_loss(m_h[r], h[r]), soft_logistic_loss(m_h[r], torch.full((n,), 0.95)))
+            objective(
+                soft_logistic_loss(m_p[r], torch.full((N,), 0.95)),
+                soft_logistic_loss(m_h[r], h[r]),
+                soft_logistic_loss(m_h[r], torch.full((n,), 0.95)),
+            )
             for r in range(reps)
         ]
     )
@@ -102,7 +105,11 @@ def test_identical_labels_give_zero_correction_and_c_decays():
     for _ in range(20):
         labels = torch.rand(16, generator=g)
         batch = MarginBatch(
-            torch.randn(1, 16, generator=g), labels[None], labels[None], torch.randn(1, 8), torch.rand(1, 8),
+            torch.randn(1, 16, generator=g),
+            labels[None],
+            labels[None],
+            torch.randn(1, 8),
+            torch.rand(1, 8),
             human_grads=torch.randn(1, 16, 5, generator=g),
         )
         obj.observe_batch(batch)
@@ -187,7 +194,9 @@ def test_ppi_pp_lambda_equals_the_mean_estimation_closed_form():
     n, N, theta = 50, 400, 0.3
     y = torch.randn(n, generator=g, dtype=torch.float64)
     f_h = 0.8 * y + 0.3 * torch.randn(n, generator=g, dtype=torch.float64)
-    f_p = 0.8 * torch.randn(N, generator=g, dtype=torch.float64) + 0.3 * torch.randn(N, generator=g, dtype=torch.float64)
+    f_p = 0.8 * torch.randn(N, generator=g, dtype=torch.float64) + 0.3 * torch.randn(
+        N, generator=g, dtype=torch.float64
+    )
     lam = ppi_pp_lambda(theta - y, theta - f_h, theta - f_p, n, N, clip=False)
     cov = float(((y - y.mean()) * (f_h - f_h.mean())).sum() / (n - 1))
     f_all = torch.cat([f_h, f_p])
@@ -211,7 +220,9 @@ def test_soft_labels_swap_symmetry_and_hard_label_reduction():
 
 def test_dpo_margin_sign_convention():
     # the policy raised response 1 and lowered response 2 relative to the reference: positive margin
-    m = dpo_margin(torch.tensor([-1.0]), torch.tensor([-5.0]), torch.tensor([-2.0]), torch.tensor([-4.0]), beta=0.1)
+    m = dpo_margin(
+        torch.tensor([-1.0]), torch.tensor([-5.0]), torch.tensor([-2.0]), torch.tensor([-4.0]), beta=0.1
+    )
     assert m.item() == pytest.approx(0.1 * ((-1 + 2) - (-5 + 4)))
     assert m.item() > 0
     assert torch.allclose(
@@ -274,11 +285,15 @@ def test_vmap_probe_gradients_equal_per_example_loops(replicas):
     for i in range(6):
         margin = model(a[i : i + 1]) - model(b[i : i + 1])
         for r in range(replicas):
-            grads = torch.autograd.grad(margin.reshape(replicas, -1)[r].sum(), [params[n] for n in names], retain_graph=True)
+            grads = torch.autograd.grad(
+                margin.reshape(replicas, -1)[r].sum(), [params[n] for n in names], retain_graph=True
+            )
             loop = torch.cat([(g[r] if replicas > 1 else g).reshape(-1) for g in grads])
             assert torch.allclose(fast[r, i], loop, atol=1e-6)
     if replicas > 1:  # the closed form of a linear head agrees too
-        assert torch.allclose(per_example_margin_grads(model, ["w2"], a, b, replicas), model.head_grads(a, b), atol=1e-6)
+        assert torch.allclose(
+            per_example_margin_grads(model, ["w2"], a, b, replicas), model.head_grads(a, b), atol=1e-6
+        )
 
 
 # ----------------------------------------------------------------------------- bad input
@@ -303,7 +318,9 @@ def test_bad_input_raises_clear_errors():
     with pytest.raises(ValueError, match="NaN"):
         obj.observe(torch.tensor([[1.0], [float("nan")]]))
     with pytest.raises(ValueError, match="labels"):
-        abc_reward_loss(torch.zeros(3), torch.zeros(3), torch.ones(3, dtype=torch.bool), torch.ones(2), torch.ones(3), obj)
+        abc_reward_loss(
+            torch.zeros(3), torch.zeros(3), torch.ones(3, dtype=torch.bool), torch.ones(2), torch.ones(3), obj
+        )
     with pytest.raises(ValueError, match="pseudo_label"):
         PreferencePairs(torch.zeros(4, 2), torch.zeros(4, 2), torch.ones(4), torch.full((4,), 2.0))
     with pytest.raises(ValueError, match="must match"):  # mismatched pair lengths
@@ -334,8 +351,18 @@ def test_reward_trainer_lockstep_replicas_match_separate_runs():
     human, pseudo, _ = _pairs(0, 40, 400)
     ens = _Ensemble(R=2)
     objs = [make_objective("abc", 40, 400, ABCConfig(update_every=2)), make_objective("pseudo_only", 40, 400)]
-    trainer = ABCRewardTrainer(ens, objs, human, pseudo, lr=1e-2, human_batch=8, pseudo_batch=16,
-                               update_every=2, probe=ens.head_grads, seed=3)
+    trainer = ABCRewardTrainer(
+        ens,
+        objs,
+        human,
+        pseudo,
+        lr=1e-2,
+        human_batch=8,
+        pseudo_batch=16,
+        update_every=2,
+        probe=ens.head_grads,
+        seed=3,
+    )
     trainer.train(6)
     for r, name in enumerate(("abc", "pseudo_only")):
         single = _Ensemble(R=2)
@@ -344,8 +371,18 @@ def test_reward_trainer_lockstep_replicas_match_separate_runs():
         solo = _Ensemble(R=1)
         solo.W1, solo.w2 = nn.Parameter(W1), nn.Parameter(w2)
         obj = make_objective(name, 40, 400, ABCConfig(update_every=2))
-        ABCRewardTrainer(solo, obj, human, pseudo, lr=1e-2, human_batch=8, pseudo_batch=16,
-                         update_every=2, probe=["w2"], seed=3).train(6)
+        ABCRewardTrainer(
+            solo,
+            obj,
+            human,
+            pseudo,
+            lr=1e-2,
+            human_batch=8,
+            pseudo_batch=16,
+            update_every=2,
+            probe=["w2"],
+            seed=3,
+        ).train(6)
         assert torch.allclose(solo.w2[0], ens.w2[r], atol=1e-5)
         assert torch.allclose(solo.W1[0], ens.W1[r], atol=1e-5)
         if name == "abc":
@@ -401,17 +438,39 @@ def _dpo_setup(tmp_path, correction, human_size=6, pseudo_size=10, objective="ab
         return out
 
     human = Dataset.from_dict(
-        {"prompt": ["a:"] * human_size, "chosen": strings(human_size), "rejected": strings(human_size),
-         "pseudo_label": torch.rand(human_size, generator=g).tolist(), "label": [1.0, 0.8, 1.0, 0.6, 1.0, 0.9][:human_size]}
+        {
+            "prompt": ["a:"] * human_size,
+            "chosen": strings(human_size),
+            "rejected": strings(human_size),
+            "pseudo_label": torch.rand(human_size, generator=g).tolist(),
+            "label": [1.0, 0.8, 1.0, 0.6, 1.0, 0.9][:human_size],
+        }
     )
-    pseudo = Dataset.from_dict({"prompt": ["b:"] * pseudo_size, "chosen": strings(pseudo_size), "rejected": strings(pseudo_size)})
+    pseudo = Dataset.from_dict(
+        {"prompt": ["b:"] * pseudo_size, "chosen": strings(pseudo_size), "rejected": strings(pseudo_size)}
+    )
     args = trl.DPOConfig(
-        output_dir=str(tmp_path), per_device_train_batch_size=pseudo_size + human_size, max_steps=1, report_to=[],
-        save_strategy="no", use_cpu=True, beta=0.1, seed=0, disable_tqdm=True,
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=pseudo_size + human_size,
+        max_steps=1,
+        report_to=[],
+        save_strategy="no",
+        use_cpu=True,
+        beta=0.1,
+        seed=0,
+        disable_tqdm=True,
     )
     cfg = ABCConfig(correction=correction, human_batch=human_size, pseudo_batch=pseudo_size)
-    trainer = ABCDPOTrainer(model, ref_model=copy.deepcopy(model), args=args, human_dataset=human,
-                            pseudo_dataset=pseudo, processing_class=tok, abc_config=cfg, objective=objective)
+    trainer = ABCDPOTrainer(
+        model,
+        ref_model=copy.deepcopy(model),
+        args=args,
+        human_dataset=human,
+        pseudo_dataset=pseudo,
+        processing_class=tok,
+        abc_config=cfg,
+        objective=objective,
+    )
     return trl, trainer, human, pseudo, args, tok
 
 
@@ -427,7 +486,15 @@ def _first_batch(trainer):
     """The first training batch, built from the stratified sampler's indices, and its rows."""
     size = trainer.args.per_device_train_batch_size
     rows = [dict(trainer.train_dataset[i]) for i in list(trainer._get_train_sampler())[:size]]
-    keep = ("prompt_ids", "chosen_ids", "rejected_ids", "abc_is_human", "abc_label", "abc_pseudo_label", "abc_index")
+    keep = (
+        "prompt_ids",
+        "chosen_ids",
+        "rejected_ids",
+        "abc_is_human",
+        "abc_label",
+        "abc_pseudo_label",
+        "abc_index",
+    )
     rows = [{k: r[k] for k in keep} for r in rows]
     return trainer.data_collator([dict(r) for r in rows]), rows
 
@@ -440,10 +507,17 @@ def test_abc_dpo_trainer_c0_equals_trl_dpo_on_pseudo_pairs(tmp_path):
 
     plain_args = copy.deepcopy(args)
     plain_args.per_device_train_batch_size = 10
-    plain = trl.DPOTrainer(copy.deepcopy(trainer.model), ref_model=copy.deepcopy(trainer.ref_model),
-                           args=plain_args, train_dataset=pseudo, processing_class=tok)
+    plain = trl.DPOTrainer(
+        copy.deepcopy(trainer.model),
+        ref_model=copy.deepcopy(trainer.ref_model),
+        args=plain_args,
+        train_dataset=pseudo,
+        processing_class=tok,
+    )
     # TRL's own loss on the same 10 pseudo pairs, collated by TRL's own collator
-    plain_batch = plain.data_collator([{k: r[k] for k in ("prompt_ids", "chosen_ids", "rejected_ids")} for r in rows[:10]])
+    plain_batch = plain.data_collator(
+        [{k: r[k] for k in ("prompt_ids", "chosen_ids", "rejected_ids")} for r in rows[:10]]
+    )
     plain_loss, plain_grads = _loss_and_grads(plain, plain_batch)
     assert torch.allclose(loss, plain_loss, atol=1e-6)
     for a, b in zip(grads, plain_grads):  # batches padded to different widths: fp32 rounding only
@@ -493,15 +567,98 @@ def test_abc_dpo_trainer_trains_adaptively_and_validates(tmp_path):
     from neurips26.rl.abc_align import ABCDPOTrainer
 
     with pytest.raises(ValueError, match="pseudo_label"):
-        ABCDPOTrainer(trainer.model, args=args, human_dataset=pseudo, pseudo_dataset=pseudo, processing_class=tok,
-                      abc_config=ABCConfig(human_batch=6, pseudo_batch=10))
+        ABCDPOTrainer(
+            trainer.model,
+            args=args,
+            human_dataset=pseudo,
+            pseudo_dataset=pseudo,
+            processing_class=tok,
+            abc_config=ABCConfig(human_batch=6, pseudo_batch=10),
+        )
     with pytest.raises(ValueError, match="per_device_train_batch_size"):
-        ABCDPOTrainer(trainer.model, args=args, human_dataset=human, pseudo_dataset=pseudo, processing_class=tok,
-                      abc_config=ABCConfig(human_batch=4, pseudo_batch=10))
+        ABCDPOTrainer(
+            trainer.model,
+            args=args,
+            human_dataset=human,
+            pseudo_dataset=pseudo,
+            processing_class=tok,
+            abc_config=ABCConfig(human_batch=4, pseudo_batch=10),
+        )
     with pytest.raises(ValueError, match="empty"):
-        ABCDPOTrainer(trainer.model, args=args, human_dataset=human.select([]), pseudo_dataset=pseudo,
-                      processing_class=tok, abc_config=ABCConfig(human_batch=6, pseudo_batch=10))
+        ABCDPOTrainer(
+            trainer.model,
+            args=args,
+            human_dataset=human.select([]),
+            pseudo_dataset=pseudo,
+            processing_class=tok,
+            abc_config=ABCConfig(human_batch=6, pseudo_batch=10),
+        )
     bad = Dataset.from_dict({**human.to_dict(), "pseudo_label": [1.5] * len(human)})
     with pytest.raises(ValueError, match=r"\[0, 1\]"):
-        ABCDPOTrainer(trainer.model, args=args, human_dataset=bad, pseudo_dataset=pseudo, processing_class=tok,
-                      abc_config=ABCConfig(human_batch=6, pseudo_batch=10))
+        ABCDPOTrainer(
+            trainer.model,
+            args=args,
+            human_dataset=bad,
+            pseudo_dataset=pseudo,
+            processing_class=tok,
+            abc_config=ABCConfig(human_batch=6, pseudo_batch=10),
+        )
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    size=st.integers(2, 12),
+    pushes=st.lists(st.tuples(st.integers(1, 16), st.booleans()), min_size=1, max_size=6),
+    seed=st.integers(0, 1000),
+)
+def test_row_window_keeps_the_latest_row_per_example(size, pushes, seed):
+    """RowWindow against a plain reference: the last row of each example, the newest ``size`` examples."""
+    from neurips26.rl.abc_align.estimators import RowWindow
+
+    g = torch.Generator().manual_seed(seed)
+    window, reference = RowWindow(size), []  # reference: list of (key, row), oldest first
+    auto = 0
+    for count, with_ids in pushes:
+        rows = torch.randn(count, 3, generator=g, dtype=torch.float64)
+        if with_ids:
+            ids = torch.randperm(20, generator=g)[:count]
+            keys = ids.tolist()
+        else:
+            ids, keys = None, [-1 - k for k in range(auto, auto + count)]
+            auto += count
+        window.push(rows, ids)
+        reference = [(k, r) for k, r in reference if k not in keys] + list(zip(keys, rows))
+        reference = reference[-size:]
+        assert len(window) == len(reference)
+        expected = torch.stack([r for _, r in reference])
+        assert torch.equal(window.rows(), expected)
+
+
+def test_reward_trainer_adam_is_the_per_tensor_adam():
+    """The trainer's foreach Adam gives bit-identical parameters to torch's per-tensor Adam."""
+    torch.manual_seed(0)
+    a = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1), nn.Flatten(0))
+    b = copy.deepcopy(a)
+    g = torch.Generator().manual_seed(1)
+    n, N = 12, 40
+    human = PreferencePairs(
+        torch.randn(n, 4, generator=g),
+        torch.randn(n, 4, generator=g),
+        torch.rand(n, generator=g),
+        torch.rand(n, generator=g),
+    )
+    pseudo = PreferencePairs(
+        torch.randn(N, 4, generator=g), torch.randn(N, 4, generator=g), torch.rand(N, generator=g)
+    )
+    trainer = ABCRewardTrainer(
+        a, make_objective("ppi", n, N), human, pseudo, human_batch=4, pseudo_batch=8, seed=0
+    )
+    reference = ABCRewardTrainer(
+        b, make_objective("ppi", n, N), human, pseudo, human_batch=4, pseudo_batch=8, seed=0
+    )
+    assert trainer.optimizer.defaults["foreach"] is True
+    reference.optimizer = torch.optim.Adam(b.parameters(), lr=1e-3, foreach=False)
+    trainer.train(25)
+    reference.train(25)
+    for p, q in zip(a.parameters(), b.parameters()):
+        assert torch.equal(p, q)

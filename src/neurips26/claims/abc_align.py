@@ -67,16 +67,33 @@ class EnsembleRewardMLP(nn.Module):
         self.W1 = nn.Parameter(torch.stack(W1))
         self.b1 = nn.Parameter(torch.stack(b1))
         self.w2 = nn.Parameter(torch.stack(w2))
+        self._memo: list = []
 
     def features(self, x: torch.Tensor) -> torch.Tensor:
         return torch.relu(torch.einsum("bi,rih->rbh", x, self.W1) + self.b1)
 
+    def _features_no_grad(self, x: torch.Tensor) -> torch.Tensor:
+        """:meth:`features` outside autograd, remembered for the last two inputs at the current weights.
+
+        The trainer's re-estimate computes the margins and then the head gradients of the same pairs at
+        the same weights; the remembered features make the second pass free (the same numbers).
+        """
+        version = (self.W1._version, self.b1._version)
+        for key, value in self._memo:
+            if key[0] is x and key[1] == version:
+                return value
+        out = self.features(x)
+        self._memo = [*self._memo[-1:], ((x, version), out)]
+        return out
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.einsum("rbh,rh->rb", self.features(x), self.w2)
+        feats = self.features(x) if torch.is_grad_enabled() else self._features_no_grad(x)
+        return torch.einsum("rbh,rh->rb", feats, self.w2)
 
     def head_grads(self, first: torch.Tensor, second: torch.Tensor) -> torch.Tensor:
         """Closed-form per-example margin gradients on the output weights: ``(R, B, hidden)``."""
-        return self.features(first) - self.features(second)
+        with torch.no_grad():
+            return self._features_no_grad(first) - self._features_no_grad(second)
 
 
 def _true_utility(dim: int) -> nn.Module:
@@ -111,14 +128,23 @@ def _part_a_cell(config: dict, seed: int, n: int, rep: int, pool: dict, u_net: n
     x1, x2 = torch.randn(n, dim, generator=g), torch.randn(n, dim, generator=g)
     u1, u2 = _utility(u_net, x1), _utility(u_net, x2)
     h = (torch.rand(n, generator=g) < torch.sigmoid((u1 - u2) / T)).float()
-    e1, e2 = config["judge_noise"] * torch.randn(n, generator=g), config["judge_noise"] * torch.randn(n, generator=g)
-    human_pseudo = torch.stack([torch.sigmoid((_judge(u1, x1, b, e1) - _judge(u2, x2, b, e2)) / T) for b in biases])
+    e1, e2 = (
+        config["judge_noise"] * torch.randn(n, generator=g),
+        config["judge_noise"] * torch.randn(n, generator=g),
+    )
+    human_pseudo = torch.stack(
+        [torch.sigmoid((_judge(u1, x1, b, e1) - _judge(u2, x2, b, e2)) / T) for b in biases]
+    )
 
     arms, labels_h, labels_hp, labels_p, objectives = [], [], [], [], []
     N = pool["x1"].shape[0]
     cfg = ABCConfig(update_every=config["update_every"], window=config["window"])
     for bi, b in enumerate(biases):
         for arm in PART_A_REPLICAS:
+            if arm == "human_only" and bi > 0:
+                # human_only never reads a judge label: its replica is the same computation at every bias
+                # (same initialisation, batches and human labels), so it is trained once and shared
+                continue
             arms.append((b, arm))
             labels_h.append(h)
             labels_hp.append(human_pseudo[bi])
@@ -131,8 +157,15 @@ def _part_a_cell(config: dict, seed: int, n: int, rep: int, pool: dict, u_net: n
     human = PreferencePairs(x1, x2, torch.stack(labels_h), torch.stack(labels_hp))
     pseudo = PreferencePairs(pool["x1"], pool["x2"], torch.stack(labels_p))
     trainer = ABCRewardTrainer(
-        model, objectives, human, pseudo, lr=config["lr"], human_batch=config["human_batch"],
-        pseudo_batch=config["pseudo_batch"], update_every=config["update_every"], probe=model.head_grads,
+        model,
+        objectives,
+        human,
+        pseudo,
+        lr=config["lr"],
+        human_batch=config["human_batch"],
+        pseudo_batch=config["pseudo_batch"],
+        update_every=config["update_every"],
+        probe=model.head_grads,
         seed=seed * 7919 + rep,
     )
     trainer.train(config["steps"])
@@ -151,6 +184,8 @@ def _part_a_cell(config: dict, seed: int, n: int, rep: int, pool: dict, u_net: n
         if arm in ("abc", "ppi_pp"):
             out[(b, arm)]["strength"] = float(obj.c)
             out[(b, arm)]["history"] = [float(v) for v in obj.history]
+    for b in biases[1:]:
+        out[(b, "human_only")] = dict(out[(biases[0], "human_only")])
     return out
 
 
@@ -160,7 +195,10 @@ def _part_a_pool(config: dict, seed: int, u_net: nn.Module) -> dict[str, torch.T
     N = config["n_pseudo"]
     x1, x2 = torch.randn(N, dim, generator=g), torch.randn(N, dim, generator=g)
     u1, u2 = _utility(u_net, x1), _utility(u_net, x2)
-    e1, e2 = config["judge_noise"] * torch.randn(N, generator=g), config["judge_noise"] * torch.randn(N, generator=g)
+    e1, e2 = (
+        config["judge_noise"] * torch.randn(N, generator=g),
+        config["judge_noise"] * torch.randn(N, generator=g),
+    )
     pseudo = torch.stack(
         [torch.sigmoid((_judge(u1, x1, b, e1) - _judge(u2, x2, b, e2)) / T) for b in config["biases"]]
     )
@@ -175,31 +213,81 @@ def _part_a_pool(config: dict, seed: int, u_net: nn.Module) -> dict[str, torch.T
     return pool
 
 
-def run_part_a(config: dict, seed: int) -> dict[str, Any]:
-    """Part A for one seed: per (n, b) cell, every arm's held-out accuracy and best-of-k utility."""
+def _part_a_jobs(config: dict) -> list[tuple[int, int]]:
+    """The (n, replicate) human sets of Part A: ``replicates`` at the smallest n, one elsewhere."""
+    ns = config["n_human"]
+    return [(n, rep) for n in ns for rep in range(config["replicates"] if n == min(ns) else 1)]
+
+
+def _run_job(payload: dict[str, Any], span: tuple[int, int]) -> Any:
+    """One unit of a seed's work (a Part A human set, or Part B), for :func:`~neurips26.common.pool.map_spans`."""
+    job = payload["jobs"][span[0]]
+    if job == "part_b":
+        return run_part_b(payload["config"], payload["seed"])
+    n, rep = job
+    return _part_a_cell(payload["config"], payload["seed"], n, rep, payload["pool"], payload["u_net"])
+
+
+def _run_jobs(config: dict, seed: int, with_part_b: bool) -> tuple[dict[tuple[int, int], dict], Any]:
+    """Every Part A human set (and Part B when asked) of one seed, in ``config["workers"]`` processes.
+
+    The jobs are independent and seeded on their own (explicit generators; Part B seeds TRL from its
+    config), so running them in worker processes gives the same numbers as running them in turn; it
+    only uses the second core of a 2-core machine. ``workers = 1`` runs them here, in turn.
+    """
     u_net = _true_utility(config["dim"])
     pool = _part_a_pool(config, seed, u_net)
+    jobs: list[Any] = (["part_b"] if with_part_b else []) + _part_a_jobs(config)  # the longest job first
+    payload = {"config": config, "seed": seed, "pool": pool, "u_net": u_net, "jobs": jobs}
+    spans = [(i, i + 1) for i in range(len(jobs))]
+    workers = int(config.get("workers", 1))
+    if workers > 1:
+        from neurips26.common.pool import map_spans
+
+        if (
+            with_part_b
+        ):  # build (or load) the cached SFT model here, so that this run's cold-cache clock counts it
+            _sft_model(config)
+
+        outs = map_spans(
+            _run_job, spans, payload, workers=workers, threads=config["threads"], what="Part A jobs"
+        )
+    else:
+        outs = [_run_job(payload, span) for span in spans]
+    runs = {job: out for job, out in zip(jobs, outs) if job != "part_b"}
+    return runs, (outs[0] if with_part_b else None)
+
+
+def run_part_a(config: dict, seed: int, runs: dict[tuple[int, int], dict] | None = None) -> dict[str, Any]:
+    """Part A for one seed: per (n, b) cell, every arm's held-out accuracy and best-of-k utility.
+
+    ``runs`` maps ``(n, replicate)`` to :func:`_part_a_cell`'s output (computed here when None).
+    """
+    if runs is None:
+        runs, _ = _run_jobs(config, seed, with_part_b=False)
     ns, biases = config["n_human"], config["biases"]
     cells: dict[tuple[int, float], dict[str, dict[str, Any]]] = {}
     spread: dict[float, dict[str, float]] = {}
+    by_n = {n: [runs[job] for job in _part_a_jobs(config) if job[0] == n] for n in ns}
     for n in ns:
-        reps = config["replicates"] if n == min(ns) else 1
-        runs = [_part_a_cell(config, seed, n, rep, pool, u_net) for rep in range(reps)]
+        runs_n = by_n[n]
+        reps = len(runs_n)
         for b in biases:
             cell: dict[str, dict[str, Any]] = {}
             for arm in PART_A_REPLICAS:
                 cell[arm] = {
-                    key: float(np.mean([run[(b, arm)][key] for run in runs])) for key in ("acc", "val", "bo16")
+                    key: float(np.mean([run[(b, arm)][key] for run in runs_n]))
+                    for key in ("acc", "val", "bo16")
                 }
-                if "strength" in runs[0][(b, arm)]:
-                    cell[arm]["strength"] = float(np.mean([run[(b, arm)]["strength"] for run in runs]))
-                    cell[arm]["history"] = runs[0][(b, arm)]["history"]
+                if "strength" in runs_n[0][(b, arm)]:
+                    cell[arm]["strength"] = float(np.mean([run[(b, arm)]["strength"] for run in runs_n]))
+                    cell[arm]["history"] = runs_n[0][(b, arm)]["history"]
                 if reps > 1:
-                    cell[arm]["acc_std"] = float(np.std([run[(b, arm)]["acc"] for run in runs], ddof=1))
+                    cell[arm]["acc_std"] = float(np.std([run[(b, arm)]["acc"] for run in runs_n], ddof=1))
             # oracle-tuned fixed c: the best of c in {0, .25, .5, .75, 1} on the validation pairs, per replicate
             grid = {0.0: "pseudo_only", **{c: f"fixed_{c:g}" for c in FIXED_GRID}, 1.0: "ppi"}
             chosen, accs, bos = [], [], []
-            for run in runs:
+            for run in runs_n:
                 c_best = max(grid, key=lambda c: run[(b, grid[c])]["val"])
                 chosen.append(c_best)
                 accs.append(run[(b, grid[c_best])]["acc"])
@@ -238,8 +326,15 @@ def _sft_model(config: dict):
     from neurips26.common.training import train_or_load
 
     tok = char_tokenizer(ALPHABET + ":", padding_side="left")
-    key = {"task": "abc-letters", "alphabet": ALPHABET, "max_len": config["b_max_len"], "preset": "llama",
-           "hidden": 64, "layers": 2, "examples": config["b_sft_examples"]}
+    key = {
+        "task": "abc-letters",
+        "alphabet": ALPHABET,
+        "max_len": config["b_max_len"],
+        "preset": "llama",
+        "hidden": 64,
+        "layers": 2,
+        "examples": config["b_sft_examples"],
+    }
     model, history = train_or_load(
         "abc-align-sft",
         key,
@@ -281,7 +376,12 @@ def run_part_b(config: dict, seed: int) -> dict[str, Any]:
     second = _samples(sft, tok, letters, seed * 11 + 2, config["b_max_len"] + 2)
     cost, T, bias = config["b_length_cost"], config["b_temperature"], config["b_judge_length_bias"]
     gen = torch.Generator().manual_seed(seed)
-    u = torch.tensor([[_true_utility_text(c, a, cost), _true_utility_text(c, b, cost)] for c, a, b in zip(letters, first, second)])
+    u = torch.tensor(
+        [
+            [_true_utility_text(c, a, cost), _true_utility_text(c, b, cost)]
+            for c, a, b in zip(letters, first, second)
+        ]
+    )
     lengths = torch.tensor([[len(a), len(b)] for a, b in zip(first, second)], dtype=torch.float32)
     judge = u + bias * lengths + config["b_judge_noise"] * torch.randn(u.shape, generator=gen)
     p_first = torch.sigmoid((judge[:, 0] - judge[:, 1]) / T)
@@ -309,9 +409,12 @@ def run_part_b(config: dict, seed: int) -> dict[str, Any]:
     eval_letters = [ALPHABET[(i + seed) % len(ALPHABET)] for i in range(config["b_eval_samples"])]
     ref_texts = _samples(sft, tok, eval_letters, 7_777 + seed, config["b_max_len"] + 2)
     ref_u = np.array([_true_utility_text(c, t, cost) for c, t in zip(eval_letters, ref_texts)])
-    out = {"sft_utility": float(ref_u.mean()), "sft_length": float(np.mean([len(t) for t in ref_texts])),
-           "judge_agreement": float(((p_first[:n] > 0.5).float() == h_first[:n]).float().mean()),
-           "sft_loss": sft_history.get("final_loss")}
+    out = {
+        "sft_utility": float(ref_u.mean()),
+        "sft_length": float(np.mean([len(t) for t in ref_texts])),
+        "judge_agreement": float(((p_first[:n] > 0.5).float() == h_first[:n]).float().mean()),
+        "sft_loss": sft_history.get("final_loss"),
+    }
     tok.padding_side = "right"
     for arm in config["b_arms"]:
         policy = copy.deepcopy(sft)
@@ -319,14 +422,32 @@ def run_part_b(config: dict, seed: int) -> dict[str, Any]:
         args = DPOConfig(
             output_dir=str(Path(config.get("b_output_dir", "/tmp/neurips26-abc-dpo")) / f"{arm}-{seed}"),
             per_device_train_batch_size=config["b_pseudo_batch"] + config["b_human_batch"],
-            max_steps=config["b_steps"], learning_rate=config["b_lr"], beta=0.1, report_to=[], save_strategy="no",
-            logging_steps=max(1, config["b_steps"] // 10), use_cpu=True, seed=seed, disable_tqdm=True,
-            lr_scheduler_type="constant", warmup_steps=0, dataloader_num_workers=0,
+            max_steps=config["b_steps"],
+            learning_rate=config["b_lr"],
+            beta=0.1,
+            report_to=[],
+            save_strategy="no",
+            logging_steps=max(1, config["b_steps"] // 10),
+            use_cpu=True,
+            seed=seed,
+            disable_tqdm=True,
+            lr_scheduler_type="constant",
+            warmup_steps=0,
+            dataloader_num_workers=0,
+            # TRL turns activation checkpointing on by default; a 2-layer, 64-wide model does not need the memory it
+            # saves, and recomputing every block's forward in the backward only costs time (same numbers)
+            activation_checkpointing=False,
         )
         cfg = ABCConfig(human_batch=config["b_human_batch"], pseudo_batch=config["b_pseudo_batch"])
         trainer = ABCDPOTrainer(
-            policy, ref_model=copy.deepcopy(sft), args=args, human_dataset=human, pseudo_dataset=pseudo,
-            processing_class=tok, abc_config=cfg, objective=arm,
+            policy,
+            ref_model=copy.deepcopy(sft),
+            args=args,
+            human_dataset=human,
+            pseudo_dataset=pseudo,
+            processing_class=tok,
+            abc_config=cfg,
+            objective=arm,
         )
         trainer.train()
         tok.padding_side = "left"
@@ -346,7 +467,9 @@ def run_part_b(config: dict, seed: int) -> dict[str, Any]:
 
 # ============================================================================= claim
 def run(config: dict[str, Any], seed: int) -> SeedResult:
-    a = run_part_a(config, seed)
+    with_part_b = seed in config.get("b_seeds", ())
+    runs, part_b = _run_jobs(config, seed, with_part_b)
+    a = run_part_a(config, seed, runs)
     cells = a["cells"]
     ns, biases = config["n_human"], config["biases"]
     n_min, b_max = min(ns), max(biases)
@@ -355,31 +478,44 @@ def run(config: dict[str, Any], seed: int) -> SeedResult:
     for (n, b), cell in cells.items():
         metrics[f"acc_n{n}_{_b_name(b)}"] = {arm: cell[arm]["acc"] for arm in arms}
         metrics[f"bo16_n{n}_{_b_name(b)}"] = {arm: cell[arm]["bo16"] for arm in arms}
-    metrics["acc_small_n"] = {arm: float(np.mean([cells[(n_min, b)][arm]["acc"] for b in biases])) for arm in arms}
-    metrics["bo16_small_n"] = {arm: float(np.mean([cells[(n_min, b)][arm]["bo16"] for b in biases])) for arm in arms}
+    metrics["acc_small_n"] = {
+        arm: float(np.mean([cells[(n_min, b)][arm]["acc"] for b in biases])) for arm in arms
+    }
+    metrics["bo16_small_n"] = {
+        arm: float(np.mean([cells[(n_min, b)][arm]["bo16"] for b in biases])) for arm in arms
+    }
     metrics["acc_std_small_n"] = {
         arm: float(np.mean([cells[(n_min, b)][arm]["acc_std"] for b in biases])) for arm in arms
     }
-    metrics["acc_high_bias"] = {arm: float(np.mean([cells[(n, b_max)][arm]["acc"] for n in ns])) for arm in arms}
+    metrics["acc_high_bias"] = {
+        arm: float(np.mean([cells[(n, b_max)][arm]["acc"] for n in ns])) for arm in arms
+    }
     metrics["acc_no_bias"] = {arm: float(np.mean([cells[(n, 0.0)][arm]["acc"] for n in ns])) for arm in arms}
     metrics["acc_large_n_high_bias"] = {arm: cells[(max(ns), b_max)][arm]["acc"] for arm in arms}
     metrics["c_gap"] = {
-        METHOD: float(np.mean([cells[(n, b_max)][METHOD]["strength"] - cells[(n, 0.0)][METHOD]["strength"] for n in ns]))
+        METHOD: float(
+            np.mean([cells[(n, b_max)][METHOD]["strength"] - cells[(n, 0.0)][METHOD]["strength"] for n in ns])
+        )
     }
-    curves = {
-        f"c_abc_n{n_min}_{_b_name(b)}": {METHOD: cells[(n_min, b)][METHOD]["history"]} for b in biases
-    }
+    curves = {f"c_abc_n{n_min}_{_b_name(b)}": {METHOD: cells[(n_min, b)][METHOD]["history"]} for b in biases}
     info: dict[str, Any] = {
         "strength": {
             f"n{n}_{_b_name(b)}": {arm: cells[(n, b)][arm]["strength"] for arm in ("abc", "ppi_pp")}
             for (n, b) in cells
         },
-        "fixed_c_oracle_choice": {f"n{n}_{_b_name(b)}": cells[(n, b)]["fixed_c_oracle"]["c"] for (n, b) in cells},
-        "budget": {"steps": config["steps"], "human_batch": config["human_batch"],
-                   "pseudo_batch": config["pseudo_batch"], "lr": config["lr"], "same_batches_for_all_arms": True},
+        "fixed_c_oracle_choice": {
+            f"n{n}_{_b_name(b)}": cells[(n, b)]["fixed_c_oracle"]["c"] for (n, b) in cells
+        },
+        "budget": {
+            "steps": config["steps"],
+            "human_batch": config["human_batch"],
+            "pseudo_batch": config["pseudo_batch"],
+            "lr": config["lr"],
+            "same_batches_for_all_arms": True,
+        },
     }
-    if seed in config.get("b_seeds", ()):
-        info["part_b"] = run_part_b(config, seed)
+    if with_part_b:
+        info["part_b"] = part_b
     return SeedResult(metrics=metrics, curves=curves, info=info)
 
 
@@ -414,6 +550,9 @@ def plot(result: dict, folder: Path) -> list[Path]:
 
 _COMMON = dict(
     threads=1,
+    # independent jobs of a seed (Part A human sets, Part B) run in this many processes: the same numbers as
+    # running them in turn (each is seeded on its own), on both cores of a 2-core machine
+    workers=2,
     dim=16,
     hidden=64,
     temperature=0.5,
@@ -444,6 +583,7 @@ _COMMON = dict(
 CONFIGS = {
     "smoke": {
         **_COMMON,
+        "workers": 1,
         "n_human": [20],
         "biases": [0.0, 2.0],
         "n_pseudo": 500,
@@ -512,12 +652,26 @@ CLAIM = Claim(
     baselines=BASELINES,
     references=REFERENCES,
     premises=(
-        Better("acc_large_n_high_bias", arm="human_only", baseline="pseudo_only", margin=0.02, label="judge_is_biased"),
-        Better("acc_std_small_n", arm="human_only", baseline="pseudo_only", margin=0.0, label="scarce_humans_are_noisy"),
+        Better(
+            "acc_large_n_high_bias",
+            arm="human_only",
+            baseline="pseudo_only",
+            margin=0.02,
+            label="judge_is_biased",
+        ),
+        Better(
+            "acc_std_small_n",
+            arm="human_only",
+            baseline="pseudo_only",
+            margin=0.0,
+            label="scarce_humans_are_noisy",
+        ),
     ),
     criteria=(
         Better("acc_small_n", baseline="ppi_pp", margin=0.0, label="abc_beats_ppi_pp_small_n"),
-        Better("acc_std_small_n", baseline="ppi_pp", higher_is_better=False, label="abc_lower_spread_than_ppi_pp"),
+        Better(
+            "acc_std_small_n", baseline="ppi_pp", higher_is_better=False, label="abc_lower_spread_than_ppi_pp"
+        ),
         Better("acc_small_n", baseline="ppi", margin=0.0, label="abc_beats_ppi_small_n"),
         Better("bo16_small_n", baseline="ppi_pp", margin=0.0, label="abc_best_of_16_beats_ppi_pp"),
         Better("acc_high_bias", baseline="pseudo_only", margin=0.0, label="abc_beats_pseudo_high_bias"),
@@ -546,7 +700,10 @@ CLAIM = Claim(
     run=run,
     configs=CONFIGS,
     seeds={"smoke": (0,), "quick": (0, 1, 2), "full": tuple(range(10))},
-    items={m: {"full": 5000, "quick": 5000} for m in ("acc_small_n", "acc_no_bias", "acc_high_bias", "acc_large_n_high_bias")},
+    items={
+        m: {"full": 5000, "quick": 5000}
+        for m in ("acc_small_n", "acc_no_bias", "acc_high_bias", "acc_large_n_high_bias")
+    },
     implemented=(
         "ABCAlignObjective (L_P + c·Δ with c re-estimated every 10 steps from plug-in gradient-space bias and variance "
         "of the correction, EMA 0.9, warm start c = 1) trained with ABCRewardTrainer: all arms are replicas of one "

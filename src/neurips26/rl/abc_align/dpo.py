@@ -80,11 +80,15 @@ def _with_abc_columns(dataset, is_human: bool, name: str):
     columns = set(dataset.column_names)
     missing = {"prompt", "chosen", "rejected"} - columns
     if missing:
-        raise ValueError(f"{name} lacks TRL preference columns {sorted(missing)} (needs prompt/chosen/rejected)")
+        raise ValueError(
+            f"{name} lacks TRL preference columns {sorted(missing)} (needs prompt/chosen/rejected)"
+        )
     if len(dataset) == 0:
         raise ValueError(f"{name} is empty")
     if is_human and "pseudo_label" not in columns:
-        raise ValueError(f"{name} needs a 'pseudo_label' column: the judge's probability that 'chosen' is better")
+        raise ValueError(
+            f"{name} needs a 'pseudo_label' column: the judge's probability that 'chosen' is better"
+        )
     labels = [float(v) for v in dataset["label"]] if "label" in columns else [1.0] * len(dataset)
     pseudo = [float(v) for v in dataset["pseudo_label"]] if is_human else labels
     for col, values in (("label", labels), ("pseudo_label", pseudo)):
@@ -229,7 +233,9 @@ def _trainer_class():
             if args is None:
                 raise ValueError("ABCDPOTrainer needs a DPOConfig (args)")
             if list(args.loss_type) != ["sigmoid"] or args.f_divergence_type != "reverse_kl":
-                raise ValueError("ABCDPOTrainer supports loss_type=['sigmoid'] with f_divergence_type='reverse_kl'")
+                raise ValueError(
+                    "ABCDPOTrainer supports loss_type=['sigmoid'] with f_divergence_type='reverse_kl'"
+                )
             if args.ld_alpha is not None or args.use_weighting:
                 raise ValueError("ABCDPOTrainer does not support ld_alpha or use_weighting")
             if args.per_device_train_batch_size != cfg.pseudo_batch + cfg.human_batch:
@@ -289,7 +295,10 @@ def _trainer_class():
         def _get_train_sampler(self, train_dataset=None):
             dataset = self.train_dataset if train_dataset is None else train_dataset
             return StratifiedPairSampler(
-                list(dataset["abc_is_human"]), self.abc_config.human_batch, self.abc_config.pseudo_batch, self.args.seed
+                list(dataset["abc_is_human"]),
+                self.abc_config.human_batch,
+                self.abc_config.pseudo_batch,
+                self.args.seed,
             )
 
         def _policy_and_ref_logps(self, model, inputs):
@@ -308,7 +317,9 @@ def _trainer_class():
                 ref_chosen, ref_rejected = inputs["ref_chosen_logps"], inputs["ref_rejected_logps"]
             else:
                 ref_inputs = {k: v for k, v in inputs.items() if k not in ABC_COLUMNS}
-                ref_chosen, ref_rejected = self.compute_ref_log_probs(self.ref_model or self.model, ref_inputs)
+                ref_chosen, ref_rejected = self.compute_ref_log_probs(
+                    self.ref_model or self.model, ref_inputs
+                )
             return outputs, chosen, rejected, ref_chosen.to(chosen.device), ref_rejected.to(chosen.device)
 
         def _probe_grads(self, margin: torch.Tensor) -> torch.Tensor:
@@ -317,8 +328,14 @@ def _trainer_class():
             rows = []
             for i in range(margin.shape[0]):
                 grads = torch.autograd.grad(margin[i], probe, retain_graph=True, allow_unused=True)
-                rows.append(torch.cat([(g if g is not None else torch.zeros_like(p)).reshape(-1)
-                                       for g, p in zip(grads, probe)]))
+                rows.append(
+                    torch.cat(
+                        [
+                            (g if g is not None else torch.zeros_like(p)).reshape(-1)
+                            for g, p in zip(grads, probe)
+                        ]
+                    )
+                )
             return torch.stack(rows).detach().unsqueeze(0)
 
         def _compute_loss(self, model, inputs, return_outputs):

@@ -39,7 +39,11 @@ def correction_statistics(per_example_corrections: torch.Tensor) -> tuple[int, t
 
     Shapes: ``per_example_corrections`` ``(m, dim)`` (or ``(m,)``) -> ``(int, (dim,), float)``.
     """
-    d = _as_rows("per_example_corrections", per_example_corrections)
+    return _statistics(_as_rows("per_example_corrections", per_example_corrections))
+
+
+def _statistics(d: torch.Tensor) -> tuple[int, torch.Tensor, float]:
+    """:func:`correction_statistics` of rows already checked by :func:`_as_rows`."""
     return d.shape[0], d.sum(0), float(d.pow(2).sum())
 
 
@@ -163,6 +167,11 @@ def ppi_pp_lambda(
         raise ValueError(f"grad_pseudo_p has dim {gp.shape[1]}, human gradients {gh.shape[1]}")
     check_int("n", n, low=1)
     check_int("N", N, low=1)
+    return _ppi_pp_lambda(gt, gh, gp, n, N, clip)
+
+
+def _ppi_pp_lambda(gt: torch.Tensor, gh: torch.Tensor, gp: torch.Tensor, n: int, N: int, clip: bool) -> float:
+    """:func:`ppi_pp_lambda` on rows already checked by :func:`_as_rows` (``gp`` may have no rows)."""
     cov = float(((gt - gt.mean(0)) * (gh - gh.mean(0))).sum() / (gt.shape[0] - 1))
     pooled = torch.cat([gh, gp], 0)
     var = float((pooled - pooled.mean(0)).pow(2).sum() / (pooled.shape[0] - 1))
@@ -186,7 +195,10 @@ class RowWindow:
         self.dim: int | None = None
 
     def push(self, rows: torch.Tensor, ids: torch.Tensor | Sequence[int] | None = None) -> None:
-        rows = _as_rows("rows", rows)
+        self._push(_as_rows("rows", rows), ids)
+
+    def _push(self, rows: torch.Tensor, ids: torch.Tensor | Sequence[int] | None) -> None:
+        """:meth:`push` for rows already checked and converted by :func:`_as_rows`."""
         if self.dim is not None and rows.shape[1] != self.dim:
             raise ValueError(f"rows have dim {rows.shape[1]}, the window holds dim {self.dim}")
         if ids is None:  # distinct examples: negative keys never collide with given ids
@@ -207,7 +219,7 @@ class RowWindow:
                         last[j] = True
                 keys, rows = keys[last], rows[last]
         self.dim = rows.shape[1]
-        if self._data is None:
+        if self._data is None or keys.numel() >= self.size:  # the new rows alone fill the window
             self._data, self._ids = rows, keys
         else:
             keep = ~torch.isin(self._ids, keys)

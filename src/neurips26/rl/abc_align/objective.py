@@ -49,6 +49,8 @@ from neurips26.common.checks import check_choice, check_float, check_int, check_
 from neurips26.rl.abc_align.estimators import (
     RowWindow,
     _as_rows,
+    _ppi_pp_lambda,
+    _statistics,
     correction_from_statistics,
     correction_statistics,
     estimate_correction_strength,
@@ -455,7 +457,7 @@ class ABCAlignObjective(RectifiedObjective):
             raise ValueError(
                 f"correction_grads has dim {d.shape[1]}, the window holds dim {self._window.dim}"
             )
-        self._window.push(d, ids)
+        self._window._push(d, ids)
 
     def observe_pseudo(self, pseudo_grads: torch.Tensor) -> None:
         """Record the pseudo pool's per-example gradient trace (``include_pseudo_var`` diagnostic only)."""
@@ -482,7 +484,7 @@ class ABCAlignObjective(RectifiedObjective):
         """Sufficient statistics of the current window (for an all-reduce across ranks)."""
         if len(self._window) == 0:
             raise ValueError("no corrections observed yet")
-        return correction_statistics(self._window.rows())
+        return _statistics(self._window.rows())  # rows were checked when they entered the window
 
     def update_correction(self, statistics: tuple[int, torch.Tensor, float] | None = None) -> float:
         """Recompute ``ĉ`` from the window (or from given, e.g. all-reduced, statistics) and smooth ``c``.
@@ -585,7 +587,11 @@ class PPIPlusPlusObjective(RectifiedObjective):
         if not self.adaptive or len(self._gt) < 2:
             return self.lam
         gt, gh, gp = self._gt.rows(), self._gh.rows(), self._gp.rows()
-        self.lam = ppi_pp_lambda(gt, gh, gp, self.n, self.N, clip=self.clip)
+        if gt.shape != gh.shape:  # (rows were checked when they entered the windows)
+            raise ValueError(f"the human windows hold {tuple(gt.shape)} and {tuple(gh.shape)} rows")
+        if len(self._gp) == 0:
+            gp = gh.new_zeros(0, gh.shape[1])
+        self.lam = _ppi_pp_lambda(gt, gh, gp, self.n, self.N, self.clip)
         self.history.append(self.lam)
         return self.lam
 

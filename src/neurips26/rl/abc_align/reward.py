@@ -284,7 +284,10 @@ class ABCRewardTrainer:
             self.probe_names = head_parameter_names(model) if probe == "head" else names
         else:
             self.probe_names = list(probe)
-        self.optimizer = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=lr)
+        # foreach: one fused update for all parameters (the same numbers as the per-tensor loop, fewer ops)
+        self.optimizer = torch.optim.Adam(
+            [p for p in model.parameters() if p.requires_grad], lr=lr, foreach=True
+        )
         self.generator = torch.Generator().manual_seed(check_int("seed", seed, low=0))
         self.replicas = len(self.objectives)
         self.needs = set().union(*(set(o.needs) for o in self.objectives))
