@@ -35,7 +35,14 @@ Held memory: every cache reports what it actually holds with ``memory_report()``
 ``encoder_state``, ``dequantized`` copies kept for speed, ``controller`` state), measured on the live
 tensors; each held tensor owns its storage (the window is copied out of the prefill, never a view of
 it), so the report equals the bytes of the distinct storages reachable from the cache
-(:func:`neurips26.inference.benchmark.cache_tensor_bytes`) at every step.
+(:func:`neurips26.inference.benchmark.cache_tensor_bytes`) at every step. Codes, group parameters and
+mirrors live in growable buffers (x1.5), so the report counts their whole capacity (up to 1.5x the used
+codes); the storage model ``memory_bytes(fp_itemsize)`` counts the used blocks only.
+
+Decode paths (``decode_mode``): ``"stream"`` (default) dequantises every stored block in one vectorised
+pass per bit-width straight into the attention input; ``"mirror"`` (= ``keep_dequantized``) keeps the
+flushed blocks' reconstruction (appended once per flush, reported as ``dequantized``); ``"reference"`` is
+the eager per-block path. All three return identical bits.
 
 Shapes
 ------
@@ -53,6 +60,8 @@ Modules
 - :mod:`.tensors`: :class:`QuantizedTensor`, :func:`quantize_asym`, :func:`dequantize_asym`,
   :func:`quantized_nbytes`, :class:`FullPrecisionBlock`.
 - :mod:`.memory`: :data:`MEMORY_CATEGORIES`, :func:`held_bytes_report`, :func:`kivi_memory_formula`.
+- :mod:`.store`: :class:`~.store.BlockStore` (flushed blocks in contiguous growable buffers, one per
+  bit-width, dequantised in one vectorised pass), :class:`~.store.GrowableSequence` (mirrors, ADKV codes).
 - :mod:`.layer`: :func:`check_kv_states`, :class:`ResidualWindowLayer` (the residual-window protocol), :class:`KIVILayer`.
 - :mod:`.cache`: :func:`text_config`, :class:`QuantizedKVCacheMixin`, :class:`KIVICache`.
 """
