@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from neurips26.common.models import build_tiny_lm
 from neurips26.inference.adakvq import AdaKVQCache, AdaKVQConfig
@@ -270,3 +272,53 @@ def test_adkv_decode_mode_error():
 
     with pytest.raises(ValueError, match="decode_mode"):
         ADKVConfig(decode_mode="mirror")
+
+
+# ------------------------------------------------------------------------------ property: any chunking
+@settings(max_examples=20, deadline=None)
+@given(
+    bits=st.sampled_from([1, 2, 3, 4, 8]),
+    group=st.integers(1, 6),
+    residual=st.integers(0, 5),
+    vg=st.sampled_from([2, 4, 8]),
+    chunks=st.lists(st.integers(1, 9), min_size=1, max_size=8),
+    dtype=st.sampled_from([torch.float32, torch.float64, torch.bfloat16]),
+    seed=st.integers(0, 2**16),
+)
+def test_stream_and_mirror_equal_reference_for_any_chunking(bits, group, residual, vg, chunks, dtype, seed):
+    g = torch.Generator().manual_seed(seed)
+    layers = {
+        m: KIVILayer(bits, group, residual, vg, decode_mode=m) for m in ("reference", "stream", "mirror")
+    }
+    for t in chunks:
+        k = torch.randn(2, 2, t, 8, generator=g).to(dtype)
+        v = torch.randn(2, 2, t, 8, generator=g).to(dtype)
+        ref = layers["reference"].update(k, v)
+        for m in ("stream", "mirror"):
+            out = layers[m].update(k, v)
+            assert out[0].dtype == dtype
+            assert torch.equal(out[0], ref[0]) and torch.equal(out[1], ref[1])
+
+
+@settings(max_examples=10, deadline=None)
+@given(
+    bits=st.sampled_from([(2, 4), (4, 2), (16, 2), (3, 16)]),
+    chunks=st.lists(st.integers(1, 7), min_size=1, max_size=6),
+    seed=st.integers(0, 2**16),
+)
+def test_mixed_widths_in_one_layer(bits, chunks, seed):
+    """Alternating key/value widths per block (as AdaKVQ's controller may choose) in one layer."""
+
+    class Alternating(KIVILayer):
+        def _next_block_kv_bits(self):
+            return bits if len(self.block_bits) % 2 == 0 else bits[::-1]
+
+    g = torch.Generator().manual_seed(seed)
+    layers = {m: Alternating(2, 3, 1, 4, decode_mode=m) for m in ("reference", "stream", "mirror")}
+    for t in chunks:
+        k, v = torch.randn(1, 2, t, 8, generator=g), torch.randn(1, 2, t, 8, generator=g)
+        ref = layers["reference"].update(k, v)
+        for m in ("stream", "mirror"):
+            out = layers[m].update(k, v)
+            assert torch.equal(out[0], ref[0]) and torch.equal(out[1], ref[1])
+    assert [b.bits for b in layers["stream"].key_blocks] == [b.bits for b in layers["reference"].key_blocks]
