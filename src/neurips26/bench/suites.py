@@ -120,7 +120,7 @@ def _codec_cases(quick: bool) -> list[dict[str, Any]]:
 
 
 def _codec_setup(case: dict[str, Any], seed: int):
-    from neurips26.distributed.adera import decode_payload, encode_shard, exponents
+    from neurips26.distributed.adera import codec, decode_payload, encode_shard, exponents
 
     n = case["numel"]
     g = torch.Generator().manual_seed(seed)
@@ -146,7 +146,14 @@ def _codec_setup(case: dict[str, Any], seed: int):
         "encode+decode": both,
     }
     nbytes = n * x.element_size()
-    return arms, {"mode": payload.mode, "shard_bytes": nbytes, "payload_bytes": int(payload.nbytes)}
+    kernels = "numpy" if codec.NUMPY_CPU and x.device.type == "cpu" else "torch"
+    extra = {
+        "mode": payload.mode,
+        "shard_bytes": nbytes,
+        "payload_bytes": int(payload.nbytes),
+        "kernels": kernels,
+    }
+    return arms, extra
 
 
 # -------------------------------------------------------------------------------- adacal_prefill
@@ -350,8 +357,10 @@ BENCHMARKS: dict[str, Benchmark] = {
         targets={"encode+decode": (10.0, 1 << 26)},
         repeats=(7, 9),
         notes="Single-shard encode and decode against the sender's exponent cache (5% of exponents changed), "
-        "bitwise exact. The 2-process gloo all-gather is timed by the adera claim check "
-        "(info.gloo), not here.",
+        "bitwise exact. CPU shards run the codec's numpy kernels (whole-shard passes over zero-copy views, "
+        "extra.kernels); they are single-threaded, so the threads setting changes only clone. Their payloads "
+        "equal the torch reference path's byte for byte (tests/distributed/test_adera_codec_fast.py). The "
+        "2-process gloo all-gather is timed by the adera claim check (info.gloo), not here.",
     ),  # fmt: skip
     "adacal_prefill": Benchmark(
         "adacal_prefill",
