@@ -64,6 +64,13 @@ class ADKVLayer(ResidualWindowLayer):
     the decoder state is checkpointed every ``C`` tokens (``stream_state.checkpoints``, metadata) and
     the packed decoder replays chunks in parallel.
 
+    Codes, outlier channels and the ``simulated`` reconstruction live in contiguous growable buffers
+    (x1.5; appending copies only the new tokens; ``memory_report`` counts the whole capacity). At each
+    step a ``packed`` layer (``decode_mode="stream"``) replays each (stream, KV head) with the per-code
+    log-gain table and writes the result straight into the returned keys/values; ``simulated`` copies
+    its mirror. Both give the bits of ``decode_mode="reference"`` (the per-head replay, merge and
+    concatenation); the replay is still O(T) float64 work per step, so only the mirror is fast.
+
     Parameters
     ----------
     config : ADKVConfig
