@@ -24,7 +24,9 @@ def test_smoke_ranges_and_data(smoke_result):
     for name, arms in a["metrics"].items():
         assert all(0.0 <= v <= 1.0 for v in arms.get("heuristic", [])) or name == "target_return"
     data = a["info"][0]["data"]
-    assert data["ratio"] == pytest.approx(CLAIM.configs["smoke"]["source_episodes"] / CLAIM.configs["smoke"]["target_episodes"])
+    assert data["ratio"] == pytest.approx(
+        CLAIM.configs["smoke"]["source_episodes"] / CLAIM.configs["smoke"]["target_episodes"]
+    )
 
 
 def test_logs_are_minari_datasets_loadable_by_id(tmp_path, monkeypatch):
@@ -37,3 +39,14 @@ def test_logs_are_minari_datasets_loadable_by_id(tmp_path, monkeypatch):
     assert len(ids) == 1
     loaded = minari.load_dataset(ids[0])
     assert loaded.total_steps == len(ds) == 2 * config["horizon"]
+
+
+def test_workers_give_the_same_numbers_as_one_process():
+    """The seed's independent trainings and evaluations in 2 worker processes: identical results."""
+    from neurips26.claims.aiql import run
+
+    config = CLAIM.configs["smoke"]
+    one = run(dict(config, workers=1), 0)
+    two = run(dict(config, workers=2), 0)
+    assert one.metrics == two.metrics
+    assert one.info == two.info

@@ -136,7 +136,9 @@ def test_aggregate_features_and_critic_are_permutation_invariant():
     z_perm = aggregate_features(b["candidates"][:, perm], b["mask"][:, perm], inv[b["action"]])
     z_swap = aggregate_features(b["candidates"], b["mask"], b["action"].flip(1))
     pad = torch.cat([b["candidates"], torch.ones(1, 4, F_DIM)], 1)
-    z_pad = aggregate_features(pad, torch.cat([b["mask"], torch.zeros(1, 4, dtype=torch.bool)], 1), b["action"])
+    z_pad = aggregate_features(
+        pad, torch.cat([b["mask"], torch.zeros(1, 4, dtype=torch.bool)], 1), b["action"]
+    )
     for other in (z_perm, z_swap, z_pad):
         assert torch.allclose(z, other, atol=1e-6)
     q = agent.critics[0](b["global"], z)
@@ -202,7 +204,8 @@ def test_bayesian_reward_predictor_matches_the_closed_form_and_is_uncertain_far_
     rff = RandomFourierFeatures(1, 64, lengthscale=0.5, seed=1)
     few = BayesianRewardPredictor(rff, noise_precision=100.0).fit(x[:5], y[:5])
     many = BayesianRewardPredictor(rff, noise_precision=100.0).fit(
-        torch.cat([x, torch.full((20, 1), 0.3, dtype=torch.float64)]), torch.cat([y, torch.full((20,), 0.01, dtype=torch.float64)])
+        torch.cat([x, torch.full((20, 1), 0.3, dtype=torch.float64)]),
+        torch.cat([y, torch.full((20,), 0.01, dtype=torch.float64)]),
     )
     assert many.predict(xq[:1])[1] < few.predict(xq[:1])[1]
     ens = BayesianRewardPredictor(rff, backend="ensemble").fit(x, y)
@@ -266,7 +269,9 @@ def test_heuristic_prefers_short_moves_and_pads():
 def test_minari_dataset_round_trip_and_collation(minari_root):
     minari = pytest.importorskip("minari")
     kwargs = _small()
-    data = collect_minari("neurips26/warehouse/test-v0", lambda o, r: behaviour_policy(o, 5, r), 3, seed=0, env_kwargs=kwargs)
+    data = collect_minari(
+        "neurips26/warehouse/test-v0", lambda o, r: behaviour_policy(o, 5, r), 3, seed=0, env_kwargs=kwargs
+    )
     assert (minari_root / "neurips26").exists()
     loaded = minari.load_dataset("neurips26/warehouse/test-v0")
     assert loaded.total_episodes == 3 and loaded.total_steps == 3 * kwargs["horizon"]
@@ -286,10 +291,23 @@ def test_minari_dataset_round_trip_and_collation(minari_root):
         n = it["candidates"].shape[0]
         assert batch["mask"][j, :n].all() and not batch["mask"][j, n:].any()
         assert torch.equal(batch["candidates"][j, :n], it["candidates"])
+    # sample() gathers the columns at once: the same batch as collating the drawn items one by one
+    idx = torch.randint(0, len(ds), (7,), generator=torch.Generator().manual_seed(3))
+    fast = ds.sample(7, torch.Generator().manual_seed(3))
+    slow = OfflineRankingDataset.collate([ds[int(i)] for i in idx])
+    assert list(fast) == list(slow)
+    for k in slow:
+        assert fast[k].dtype == slow[k].dtype and torch.equal(fast[k], slow[k]), k
+    with pytest.raises(IndexError, match="indices"):
+        ds.gather(torch.tensor([len(ds)]))
+    with pytest.raises(ValueError, match="empty"):
+        ds.gather(torch.tensor([], dtype=torch.long))
     target = ds.with_reward("target_reward")
     assert torch.equal(target.records["reward"], ds.records["target_reward"])
     other = make_env(**_small(n_locations=48))
     with pytest.raises(ValueError, match="another environment spec"):
         check_same_env(loaded, other.spec)
     with pytest.raises(ValueError, match="exists"):
-        collect_minari("neurips26/warehouse/test-v0", lambda o, r: heuristic_policy(o, 5), 1, seed=0, env_kwargs=kwargs)
+        collect_minari(
+            "neurips26/warehouse/test-v0", lambda o, r: heuristic_policy(o, 5), 1, seed=0, env_kwargs=kwargs
+        )

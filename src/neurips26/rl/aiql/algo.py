@@ -145,9 +145,9 @@ class AIQL:
         self.critics = nn.ModuleList([critic_factory(), critic_factory()])
         self.targets = copy.deepcopy(self.critics).requires_grad_(False)
         self.action_features = action_features
-        self.actor_opt = torch.optim.Adam(actor.parameters(), lr=lr)
-        self.critic_opt = torch.optim.Adam(self.critics.parameters(), lr=lr)
-        self.value_opt = torch.optim.Adam(value_net.parameters(), lr=lr)
+        self.actor_opt = torch.optim.Adam(actor.parameters(), lr=lr, foreach=True)
+        self.critic_opt = torch.optim.Adam(self.critics.parameters(), lr=lr, foreach=True)
+        self.value_opt = torch.optim.Adam(value_net.parameters(), lr=lr, foreach=True)
         self.lr = lr
 
     def z(self, batch: Batch) -> torch.Tensor:
@@ -215,7 +215,9 @@ class BehaviourCloning:
 
     def __init__(self, actor: CandidateScoringActor, lr: float = 3e-4) -> None:
         self.actor = actor
-        self.opt = torch.optim.Adam(actor.parameters(), lr=check_float("lr", lr, 0.0, low_open=True))
+        self.opt = torch.optim.Adam(
+            actor.parameters(), lr=check_float("lr", lr, 0.0, low_open=True), foreach=True
+        )
 
     def update(self, batch: Batch) -> dict[str, float]:
         scores = self.actor(batch["global"], batch["candidates"], batch["mask"])
@@ -418,7 +420,9 @@ class A2IQL:
         if self.eta > 0 and (reward_model is None or not reward_model.fitted):
             raise ValueError("eta > 0 needs a fitted reward_model")
         self.actor = copy.deepcopy(source.actor)
-        self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=lr if lr is not None else source.lr)
+        self.actor_opt = torch.optim.Adam(
+            self.actor.parameters(), lr=lr if lr is not None else source.lr, foreach=True
+        )
         self.baseline_w: torch.Tensor | None = None
         self.scale = 1.0
 

@@ -66,7 +66,9 @@ def collect_minari(
     check_int("episodes", episodes, low=1)
     if dataset_id in minari.list_local_datasets():
         if not overwrite:
-            raise ValueError(f"a local Minari dataset {dataset_id!r} exists; pass overwrite=True to replace it")
+            raise ValueError(
+                f"a local Minari dataset {dataset_id!r} exists; pass overwrite=True to replace it"
+            )
         minari.delete_dataset(dataset_id)
     env = minari.DataCollector(make_env(**(env_kwargs or {})), record_infos=True, data_format=data_format)
     rng = np.random.default_rng(seed)
@@ -125,7 +127,9 @@ class OfflineRankingDataset(torch.utils.data.Dataset):
 
     def __init__(self, records: dict[str, Any], reward_key: str = "reward") -> None:
         if not isinstance(records, dict) or "candidates" not in records:
-            raise TypeError(f"records must be a dict with a 'candidates' column, got {type(records).__name__}")
+            raise TypeError(
+                f"records must be a dict with a 'candidates' column, got {type(records).__name__}"
+            )
         if not isinstance(reward_key, str) or reward_key not in records:
             raise ValueError(f"reward_key {reward_key!r} is not a column of records ({sorted(records)})")
         self.records = records
@@ -163,7 +167,9 @@ class OfflineRankingDataset(torch.utils.data.Dataset):
         if env_spec is not None:
             check_same_env(dataset, env_spec)
         C = int(dataset.action_space.nvec[0]) - 1
-        rec: dict[str, list] = {k: [] for k in ("global", "candidates", "action", "reward", "next_global", "done")}
+        rec: dict[str, list] = {
+            k: [] for k in ("global", "candidates", "action", "reward", "next_global", "done")
+        }
         rec.update({k: [] for k in INFO_KEYS})
         for ep in dataset.iterate_episodes():
             obs = ep.observations
@@ -252,7 +258,34 @@ class OfflineRankingDataset(torch.utils.data.Dataset):
     def sample(self, batch_size: int, generator: torch.Generator) -> dict[str, torch.Tensor]:
         """A uniformly drawn, collated batch."""
         idx = torch.randint(0, self.size, (batch_size,), generator=generator)
-        return self.collate([self[int(i)] for i in idx])
+        return self.gather(idx)
+
+    def gather(self, idx: torch.Tensor) -> dict[str, torch.Tensor]:
+        """``collate([self[i] for i in idx])`` without the per-item dicts: tensor columns are indexed at once.
+
+        Shapes: ``idx`` ``(E,)`` long -> a collated batch (see :meth:`collate`).
+        """
+        idx = torch.as_tensor(idx, dtype=torch.long).reshape(-1)
+        if idx.numel() == 0:
+            raise ValueError("empty batch")
+        if bool(((idx < 0) | (idx >= self.size)).any()):
+            raise IndexError(f"indices must lie in [0, {self.size}), got {idx.tolist()}")
+        rows = [self.records["candidates"][int(i)] for i in idx]
+        N = max(1, max(int(c.shape[0]) for c in rows))
+        cand = torch.zeros(len(rows), N, rows[0].shape[1])
+        mask = torch.zeros(len(rows), N, dtype=torch.bool)
+        for j, c in enumerate(rows):
+            cand[j, : c.shape[0]] = c
+            mask[j, : c.shape[0]] = True
+        out = {"candidates": cand, "mask": mask}
+        for k, v in self.records.items():
+            if k != "candidates":
+                out[k] = (
+                    v[idx]
+                    if isinstance(v, torch.Tensor)
+                    else torch.stack([torch.as_tensor(v[int(i)]) for i in idx])
+                )
+        return out
 
 
 __all__ = [

@@ -77,7 +77,9 @@ def evaluate(policy: Policy, env_kwargs: dict[str, Any], episodes: int, seed: in
     }
 
 
-def oracle_planner(budget: int, lookahead: int = 5, samples: int = 6) -> Callable[[WarehouseConsolidationEnv], np.ndarray]:
+def oracle_planner(
+    budget: int, lookahead: int = 5, samples: int = 6
+) -> Callable[[WarehouseConsolidationEnv], np.ndarray]:
     """An oracle lookahead planner: it simulates a copy of the environment, future randomness included.
 
     At each epoch it scores ``samples`` candidate actions (the heuristic's, a near-dock-first one and
