@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 import struct
 import sys
+import threading
 import zlib
 from dataclasses import dataclass, field
 from typing import Any
@@ -150,6 +151,18 @@ _NP_WORD = {
 }
 
 
+_SCRATCH = threading.local()
+
+
+def _scratch(nbytes: int) -> np.ndarray:
+    """This thread's reusable uint8 scratch of ``nbytes`` (kept between calls, grown to the largest request):
+    the big temporaries of encode and join skip the page faults of a fresh allocation."""
+    buf = getattr(_SCRATCH, "buf", None)
+    if buf is None or buf.size < nbytes:
+        buf = _SCRATCH.buf = np.empty(nbytes, dtype=np.uint8)
+    return buf[:nbytes]
+
+
 def _numpy_ok(*tensors: torch.Tensor | None) -> bool:
     return NUMPY_CPU and all(t is None or (t.device.type == "cpu" and t.is_contiguous()) for t in tensors)
 
@@ -179,7 +192,9 @@ def _np_bf16_join(e: np.ndarray, sm: np.ndarray, out: np.ndarray) -> None:
     """bf16 words into ``out`` (uint16 [m]): ``w = e << 8 | sm`` rotated right by one bit."""
     np.left_shift(e, 8, out=out, dtype=np.uint16)
     np.bitwise_or(out, sm, out=out)
-    low = np.left_shift(out, 15)  # bit 0 of w (the sign) moves to bit 15
+    low = np.left_shift(
+        out, 15, out=_scratch(2 * out.size).view(np.uint16)
+    )  # bit 0 of w (the sign) -> bit 15
     np.right_shift(out, 1, out=out)
     np.bitwise_or(out, low, out=out)
 
@@ -255,7 +270,7 @@ def split_fields(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         e, sm = torch.empty(m, dtype=torch.uint8), torch.empty(m, dtype=torch.uint8)
         words = _np_words(flat)
         _np_exponents(words, flat.dtype, e.numpy())
-        _np_bf16_sm(words, sm.numpy(), np.empty(m, dtype=np.uint8))
+        _np_bf16_sm(words, sm.numpy(), _scratch(m))
         return e, sm
     if flat.dtype == torch.float16:
         u = flat.view(torch.int16)
@@ -544,7 +559,7 @@ def _encode_numpy(
     en = _np_exponents(words, dtype, e.numpy())
     if cache is None:
         return Payload("raw", dtype, m, -1, flat.view(torch.uint8).clone(), crc, bk, exponents=e)
-    changed = np.not_equal(en, cache.numpy())
+    changed = np.not_equal(en, cache.numpy(), out=_scratch(m).view(np.bool_))
     n_c = int(np.count_nonzero(changed))
     sizes = {c: payload_size(c, m, dtype, n_c) for c in candidates if c != "block"}
     s, nb = sm_stream_bytes(m, dtype), (m + bk - 1) // bk
