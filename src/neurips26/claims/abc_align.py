@@ -17,6 +17,7 @@ each objective; metric: mean true utility of policy samples and win rate against
 from __future__ import annotations
 
 import copy
+import multiprocessing
 import os
 import random
 from pathlib import Path
@@ -241,7 +242,7 @@ def _run_jobs(config: dict, seed: int, with_part_b: bool) -> tuple[dict[tuple[in
     payload = {"config": config, "seed": seed, "pool": pool, "u_net": u_net, "jobs": jobs}
     spans = [(i, i + 1) for i in range(len(jobs))]
     workers = int(config.get("workers", 1))
-    if workers > 1:
+    if workers > 1 and not multiprocessing.current_process().daemon:  # a daemon may not start processes
         from neurips26.common.pool import map_spans
 
         if (

@@ -13,6 +13,7 @@ in offline-RL benchmarks.
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 from pathlib import Path
 from typing import Any
@@ -152,7 +153,7 @@ def _map(fn, payload: dict[str, Any], config: dict[str, Any]) -> list[Any]:
     """
     spans = [(i, i + 1) for i in range(len(payload["jobs"]))]
     workers = int(config.get("workers", 1))
-    if workers > 1:
+    if workers > 1 and not multiprocessing.current_process().daemon:  # a daemon may not start processes
         from neurips26.common.pool import map_spans
 
         return map_spans(fn, spans, payload, workers=workers, threads=config["threads"], what="AIQL jobs")
