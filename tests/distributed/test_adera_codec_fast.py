@@ -14,6 +14,7 @@ import hashlib
 import math
 import zlib
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -568,6 +569,23 @@ def test_cpu_hot_path_runs_numpy_kernels(monkeypatch):
             p = encode_shard(y, cache, AdERAConfig(block_size=64), mode=mode)
             c = cache.clone()
             assert torch.equal(words(decode_payload(p, c)), words(y))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(0, 5000), st.floats(0.0, 1.0), st.integers(0, 2**31 - 1), st.booleans())
+def test_set_bit_positions_match_flatnonzero(m, density, seed, dirty_padding):
+    """Both regimes of the position kernel (two-level below 10% set bits, flatnonzero above); padding bits
+    past ``m`` in a foreign bitmap are ignored, as the reference's unpack-and-truncate does."""
+    rng = np.random.default_rng(seed)
+    bits = rng.random(m) < density
+    packed = np.packbits(bits, bitorder="little")
+    if dirty_padding and m % 8:
+        packed[-1] |= np.uint8(0xFF << (m % 8) & 0xFF)
+    expect = np.flatnonzero(bits)
+    got = codec._np_positions(packed, int(bits.sum()), m)
+    assert got.dtype == np.int64 and np.array_equal(got, expect)
+    ref = _ref_unpackbits(torch.from_numpy(packed), m).nonzero().reshape(-1).numpy()
+    assert np.array_equal(got, ref)
 
 
 def test_block_size_must_be_a_power_of_two():

@@ -199,6 +199,24 @@ def _np_bf16_join(e: np.ndarray, sm: np.ndarray, out: np.ndarray) -> None:
     np.bitwise_or(out, low, out=out)
 
 
+def _np_positions(packed: np.ndarray, n_set: int, m: int, bits: np.ndarray | None = None) -> np.ndarray:
+    """Ascending indices (int64 [n_set]) of the set bits of a packed little-order bitmap of ``m`` bits.
+
+    Sparse bitmaps (at most 10% set, where numpy's ``nonzero`` walks the zeros with ``memchr``) go in two
+    dense steps: the non-zero bytes, then the set bits among their 8 bits; denser ones use ``flatnonzero``
+    over the unpacked bits (``bits``, when the caller has them)."""
+    if n_set * 10 > m:
+        if bits is None:
+            bits = np.unpackbits(packed, count=m, bitorder="little").view(np.bool_)
+        return np.flatnonzero(bits)
+    nz = np.flatnonzero(packed != 0)
+    j = np.flatnonzero(np.unpackbits(packed[nz], bitorder="little").view(np.bool_))
+    pos = nz[j >> 3]
+    pos <<= 3
+    pos |= j & 7
+    return pos[pos < m] if pos.size and pos[-1] >= m else pos  # padding bits of a foreign bitmap
+
+
 def _np_block_flags(packed: np.ndarray, m: int, block_size: int) -> np.ndarray:
     """Changed-block flags (bool [ceil(m / Bk)]) from the packed change bitmap."""
     nb, per = (m + block_size - 1) // block_size, block_size // 8
@@ -575,17 +593,17 @@ def _encode_numpy(
     body = torch.empty(sizes[best], dtype=torch.uint8)
     bn = body.numpy()
     rest = bn[s:]
+    if best in ("sparse", "bitmap"):
+        if packed is None:
+            packed = np.packbits(changed, bitorder="little")
+        idx = _np_positions(packed, n_c, m, changed)
     if best == "sparse":
-        idx = np.flatnonzero(changed)
         rest[: 4 * n_c] = idx.astype("<i4").view(np.uint8)
         np.take(en, idx, out=rest[4 * n_c :], mode="clip")
     elif best == "bitmap":
         nbytes = (m + 7) // 8
-        if packed is None:
-            rest[:nbytes] = np.packbits(changed, bitorder="little")
-        else:
-            rest[:nbytes] = packed
-        np.take(en, np.flatnonzero(changed), out=rest[nbytes:], mode="clip")
+        rest[:nbytes] = packed
+        np.take(en, idx, out=rest[nbytes:], mode="clip")
     else:
         fb, nf = (nb + 7) // 8, m // bk
         rest[:fb] = np.packbits(flags, bitorder="little")
@@ -625,8 +643,7 @@ def _decode_numpy(payload: Payload, cache: torch.Tensor | None, out: torch.Tenso
         cn[rest[: 4 * n_c].copy().view("<i4")] = rest[4 * n_c : 5 * n_c]
     elif payload.mode == "bitmap":
         nbytes = (m + 7) // 8
-        mask = np.unpackbits(rest[:nbytes], count=m, bitorder="little").view(bool)
-        cn[np.flatnonzero(mask)] = rest[nbytes : nbytes + n_c]
+        cn[_np_positions(rest[:nbytes], n_c, m)] = rest[nbytes : nbytes + n_c]
     else:
         bk = payload.block_size
         nb, nf = (m + bk - 1) // bk, m // bk
