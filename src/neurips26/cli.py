@@ -241,9 +241,23 @@ def cmd_bench(args: argparse.Namespace) -> int:
         threads = [int(t) for t in args.threads.split(",") if t.strip()]
     except ValueError:
         raise SystemExit(f"error: --threads must be comma-separated ints, got {args.threads!r}") from None
+    where = None
+    for item in args.where or ():
+        key, sep, values = item.partition("=")
+        if not sep or not key or not values:
+            raise SystemExit(
+                f"error: --where must look like KEY=V1,V2 (e.g. context=1024,4096), got {item!r}"
+            )
+        parsed = [
+            int(v) if v.strip().lstrip("-").isdigit() else v.strip() for v in values.split(",") if v.strip()
+        ]
+        where = {**(where or {}), key: parsed}
     for name in names:
-        res = run_bench(name, quick=args.quick, threads=threads, seed=args.seed, out=args.out,
-                        log=lambda line: print(line, flush=True))  # fmt: skip
+        try:
+            res = run_bench(name, quick=args.quick, threads=threads, seed=args.seed, out=args.out, where=where,
+                            log=lambda line: print(line, flush=True))  # fmt: skip
+        except ValueError as err:
+            raise SystemExit(f"error: {err}") from None
         for arm, t in res["targets"].items():
             if t["met"] is None:
                 state = "not measured in this run"
@@ -314,6 +328,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", default="1,2", help="comma-separated intra-op thread counts (default 1,2)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, default=None, help="results folder (default: results/)")
+    p.add_argument(
+        "--where", action="append", metavar="KEY=V1,V2",
+        help="run only the cases with these values (repeatable), e.g. --where context=1024,4096",
+    )  # fmt: skip
     p.set_defaults(func=cmd_bench)
     return parser
 

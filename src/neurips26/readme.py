@@ -64,6 +64,14 @@ def methods_table(results_dir: Path = Path("results/full")) -> str:
     return f"{len(METHODS)} methods: {summary}.\n\n" + "\n".join(lines)
 
 
+def _run_label(d: dict) -> str:
+    """``quick``, ``full``, or ``full (context 1024, 4096)`` when the run kept only some cases (``--where``)."""
+    run = "quick" if d.get("quick") else "full"
+    if d.get("where"):
+        run += " (" + "; ".join(f"{k} " + ", ".join(map(str, v)) for k, v in d["where"].items()) + ")"
+    return run
+
+
 def performance_table(bench_dir: Path) -> str:
     """Markdown: every benchmark's targets (measured ratio at the target's case, hit or missed, or not in
     the committed run) and, for each benchmark, the ratios at its largest committed case on one thread."""
@@ -74,7 +82,7 @@ def performance_table(bench_dir: Path) -> str:
         return "No benchmark results are committed yet (`make bench`)."
     lines = ["| benchmark | run | arm | target | measured | status |", "|---|---|---|---|---|---|"]
     for d in benches:
-        run = "quick" if d.get("quick") else "full"
+        run = _run_label(d)
         for arm, t in d.get("targets", {}).items():
             where = f"<= {t['max_ratio']}x at {d['x']} = {t.get(d['x'])}"
             if t.get("met") is None:
@@ -88,7 +96,7 @@ def performance_table(bench_dir: Path) -> str:
         top = max(rows, key=lambda r: (r["case"].get(d["x"], 0), r["case"].get("batch", 0)))
         case = ", ".join(f"{k}={v}" for k, v in top["case"].items() if k != "model")
         ratios = ", ".join(f"{a} {v:.2f}x" for a, v in top["ratio"].items() if a != d["reference"])
-        run = "quick" if d.get("quick") else "full"
+        run = _run_label(d)
         lines.append(f"| {d['name']} | {run} | {case} | {ratios} (vs {d['reference']}) |")
     return "\n".join(lines)
 

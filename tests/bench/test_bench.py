@@ -147,3 +147,47 @@ def test_cli_bench_runs_and_prints_targets(tmp_path, monkeypatch, capsys):
         main(["bench", "nope"])
     with pytest.raises(SystemExit, match="threads"):
         main(["bench", "fake", "--threads", "x"])
+
+
+def test_where_keeps_only_the_named_cases_and_records_the_filter(tmp_path, monkeypatch):
+    _fake(monkeypatch)
+    res = run_bench("fake", threads=(1,), out=tmp_path, where={"n": [2]})
+    assert [r["case"]["n"] for r in res["rows"]] == [2]
+    assert json.loads((tmp_path / "bench" / "fake.json").read_text())["where"] == {"n": [2]}
+    res = run_bench("fake", threads=(1,), write=False, where={"n": [1]})
+    assert (
+        res["targets"]["m"]["met"] is None
+    )  # the target's case (n=2) was filtered out: not measured, not met
+    assert run_bench("fake", threads=(1,), write=False)["where"] is None
+
+
+@pytest.mark.parametrize(
+    "where, err",
+    [({"nope": [1]}, ValueError), ({"n": [3]}, ValueError), ({"n": []}, ValueError), ({"n": "2"}, ValueError),
+     ([("n", [1])], TypeError)],
+)  # fmt: skip
+def test_where_rejects_bad_filters(monkeypatch, where, err):
+    _fake(monkeypatch)
+    with pytest.raises(err, match="where"):
+        run_bench("fake", threads=(1,), write=False, where=where)
+
+
+def test_cli_bench_where(tmp_path, monkeypatch, capsys):
+    from neurips26.cli import main
+
+    _fake(monkeypatch)
+    assert main(["bench", "fake", "--threads", "1", "--out", str(tmp_path), "--where", "n=2"]) == 0
+    assert [r["case"]["n"] for r in json.loads((tmp_path / "bench" / "fake.json").read_text())["rows"]] == [2]
+    with pytest.raises(SystemExit, match="KEY=V1"):
+        main(["bench", "fake", "--where", "n"])
+    with pytest.raises(SystemExit, match="unknown case key"):
+        main(["bench", "fake", "--threads", "1", "--where", "zz=1", "--out", str(tmp_path)])
+
+
+def test_readme_performance_table_names_a_filtered_run(tmp_path, monkeypatch):
+    from neurips26.readme import performance_table
+
+    _fake(monkeypatch)
+    run_bench("fake", threads=(1,), out=tmp_path, where={"n": [1]})
+    table = performance_table(tmp_path / "bench")
+    assert "| fake | full (n 1) | m |" in table and "not in this run" in table

@@ -135,6 +135,7 @@ def run_bench(
     out: Path | str | None = None,
     write: bool = True,
     repeats: int | None = None,
+    where: Mapping[str, Sequence[Any]] | None = None,
     log: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Run one benchmark under each thread count and (optionally) write its JSON.
@@ -156,6 +157,10 @@ def run_bench(
         Write the JSON (tests pass ``False``).
     repeats : int, optional
         Overrides the benchmark's repeat count.
+    where : mapping of str to sequence, optional
+        Keep only the cases whose ``case[key]`` is one of the given values, for every key (e.g.
+        ``{"context": [4096]}``): a subset of the full list when all of it does not fit the time at hand.
+        The JSON records the filter, and a target whose case was filtered out is reported as not measured.
 
     Returns
     -------
@@ -176,11 +181,28 @@ def run_bench(
     check_int("seed", seed, low=0)
     bench = BENCHMARKS[name]
     reps = bench.repeats[0 if quick else 1] if repeats is None else check_int("repeats", repeats, low=1)
+    cases = [dict(c) for c in bench.cases(quick)]
+    if where is not None:
+        if not isinstance(where, Mapping):
+            raise TypeError(
+                f"where must be a mapping of case key to allowed values, got {type(where).__name__}"
+            )
+        known = set().union(*(c.keys() for c in cases)) if cases else set()
+        for key, allowed in where.items():
+            if key not in known:
+                raise ValueError(
+                    f"where: unknown case key {key!r} for {name!r}; its cases have {sorted(known)}"
+                )
+            if isinstance(allowed, (str, bytes)) or not isinstance(allowed, Sequence) or not allowed:
+                raise ValueError(f"where[{key!r}] must be a non-empty sequence of values, got {allowed!r}")
+        cases = [c for c in cases if all(c[k] in tuple(v) for k, v in where.items())]
+        if not cases:
+            raise ValueError(f"where={dict(where)!r} leaves no case of {name!r}")
     rows = []
     start = time.perf_counter()
     for t in threads:
         with torch_threads(t):
-            for case in bench.cases(quick):
+            for case in cases:
                 arms, extra = bench.setup(dict(case), seed)
                 if bench.reference not in arms:
                     raise RuntimeError(
@@ -202,6 +224,7 @@ def run_bench(
         "title": bench.title,
         "reference": bench.reference,
         "quick": quick,
+        "where": None if where is None else {k: list(v) for k, v in where.items()},
         "x": bench.x,
         "repeats": reps,
         "seed": seed,
