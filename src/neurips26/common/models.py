@@ -31,50 +31,31 @@ PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
 
 _SPECIAL = {"pad_token_id": PAD_ID, "bos_token_id": BOS_ID, "eos_token_id": EOS_ID}
 
+# Shared by every preset: the width, depth and head count of a tiny model.
+_BODY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4)
+# Shared by the decoder presets: grouped-query attention and the context length.
+_DECODER = dict(**_BODY, num_key_value_heads=2, max_position_embeddings=256)
+
 #: Named tiny presets: ``name -> {"config": <transformers config class name>, "model": <model class
 #: name>, "fields": {config field: value}}``. ``fields`` are the defaults that ``**overrides`` change.
 TINY_PRESETS: dict[str, dict[str, Any]] = {
     "llama": {
         "config": "LlamaConfig",
         "model": "LlamaForCausalLM",
-        "fields": dict(
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=256,
-            rms_norm_eps=1e-6,
-            tie_word_embeddings=False,
-            **_SPECIAL,
-        ),
+        "fields": dict(**_DECODER, rms_norm_eps=1e-6, tie_word_embeddings=False, **_SPECIAL),
     },
     "qwen2": {
         "config": "Qwen2Config",
         "model": "Qwen2ForCausalLM",
         "fields": dict(
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=256,
-            rms_norm_eps=1e-6,
-            tie_word_embeddings=True,
-            use_sliding_window=False,
-            **_SPECIAL,
+            **_DECODER, rms_norm_eps=1e-6, tie_word_embeddings=True, use_sliding_window=False, **_SPECIAL
         ),
     },
     "mixtral": {
         "config": "MixtralConfig",
         "model": "MixtralForCausalLM",
         "fields": dict(
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=256,
+            **_DECODER,
             num_local_experts=4,
             num_experts_per_tok=2,
             rms_norm_eps=1e-6,
@@ -86,15 +67,7 @@ TINY_PRESETS: dict[str, dict[str, Any]] = {
     "bert": {
         "config": "BertConfig",
         "model": "BertForMaskedLM",
-        "fields": dict(
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            max_position_embeddings=256,
-            type_vocab_size=2,
-            pad_token_id=PAD_ID,
-        ),
+        "fields": dict(**_BODY, max_position_embeddings=256, type_vocab_size=2, pad_token_id=PAD_ID),
     },
 }
 
@@ -242,7 +215,9 @@ def convert_gguf(gguf_path: Path, folder: Path) -> None:
 
     gguf_path = Path(gguf_path)
     kwargs = {"gguf_file": gguf_path.name}
-    model = transformers.AutoModelForCausalLM.from_pretrained(str(gguf_path.parent), dtype=torch.float32, **kwargs)
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        str(gguf_path.parent), dtype=torch.float32, **kwargs
+    )
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(gguf_path.parent), **kwargs)
     config = model.config.to_dict()
     config.pop("quantization_config", None)
