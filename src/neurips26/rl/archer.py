@@ -80,7 +80,7 @@ from neurips26.rl.losses import (
     KL_ESTIMATORS,
     LOSS_AGGS,
     as_mask,
-    check_finite_tokens,
+    check_policy_inputs,
     check_token_tensors,
     clipped_surrogate,
     group_advantages,
@@ -268,6 +268,50 @@ def _class_kl(
     return masked_aggregate(kl, cls_mask, config.loss_agg)
 
 
+def _class_kl_means(
+    kl: torch.Tensor, reasoning: torch.Tensor, knowledge: torch.Tensor
+) -> tuple[float, float]:
+    """Mean KL estimate over the reasoning and over the knowledge tokens (0.0 for an empty class)."""
+    kl_r = float(masked_aggregate(kl.detach(), reasoning)) if reasoning.any() else 0.0
+    kl_k = float(masked_aggregate(kl.detach(), knowledge)) if knowledge.any() else 0.0
+    return kl_r, kl_k
+
+
+def _loss_metrics(
+    pg_loss,
+    kl_loss,
+    counted_clips,
+    clipped,
+    ratio,
+    reasoning,
+    knowledge,
+    mask,
+    h,
+    class_kl,
+    logprobs,
+    old_logprobs,
+) -> dict[str, float]:
+    """The metrics of :func:`archer_policy_loss` and :func:`high_entropy_only_loss`.
+
+    ``counted_clips`` is the bool ``(B, T)`` set of clipped tokens that ``clipfrac`` counts (over the
+    valid tokens); ``class_kl`` is ``(kl_reasoning, kl_knowledge)``.
+    """
+    n_valid = mask.sum().clamp(min=1)
+    return {
+        "pg_loss": float(pg_loss.detach()),
+        "kl_loss": float(kl_loss.detach()),
+        "clipfrac_reasoning": float((clipped & reasoning).sum() / reasoning.sum().clamp(min=1)),
+        "clipfrac_knowledge": float((clipped & knowledge).sum() / knowledge.sum().clamp(min=1)),
+        "clipfrac": float(counted_clips.sum() / n_valid),
+        "kl_reasoning": class_kl[0],
+        "kl_knowledge": class_kl[1],
+        "reasoning_frac": float(reasoning.sum() / n_valid),
+        "approx_kl": float(masked_aggregate((old_logprobs.float() - logprobs.float()).detach(), mask)),
+        "entropy": float(masked_aggregate(h, mask)),
+        "ratio_mean": float(masked_aggregate(ratio, mask)),
+    }
+
+
 def archer_policy_loss(
     logprobs: torch.Tensor,
     old_logprobs: torch.Tensor,
@@ -317,27 +361,8 @@ def archer_policy_loss(
     config = ArcherConfig() if config is None else config
     if not isinstance(config, ArcherConfig):
         raise TypeError(f"config must be an ArcherConfig, got {type(config).__name__}")
-    adv = advantages
-    if isinstance(adv, torch.Tensor) and adv.ndim == 1:
-        if adv.shape[0] != logprobs.shape[0]:
-            raise ValueError(f"advantages has {adv.shape[0]} rows but logprobs has {logprobs.shape[0]}")
-        adv = adv.unsqueeze(1).expand_as(logprobs)
-    check_token_tensors(
-        logprobs=logprobs,
-        old_logprobs=old_logprobs,
-        advantages=adv,
-        response_mask=response_mask,
-        entropy=entropy,
-        ref_logprobs=ref_logprobs,
-    )
-    mask = as_mask("response_mask", response_mask)
-    check_finite_tokens(
-        mask,
-        logprobs=logprobs,
-        old_logprobs=old_logprobs,
-        advantages=adv,
-        entropy=entropy,
-        ref_logprobs=ref_logprobs,
+    adv, mask = check_policy_inputs(
+        logprobs, old_logprobs, advantages, response_mask, ref_logprobs, entropy=entropy
     )
     if config.uses_kl and ref_logprobs is None:
         raise ValueError(
@@ -368,27 +393,25 @@ def archer_policy_loss(
             kl_loss = kl_loss + config.kl_coef_knowledge * _class_kl(kl, knowledge, mask, config)
         if config.kl_coef_reasoning > 0 and config.split:
             kl_loss = kl_loss + config.kl_coef_reasoning * _class_kl(kl, reasoning, mask, config)
-        kl_r = float(masked_aggregate(kl.detach(), reasoning)) if reasoning.any() else 0.0
-        kl_k = float(masked_aggregate(kl.detach(), knowledge)) if knowledge.any() else 0.0
+        kl_r, kl_k = _class_kl_means(kl, reasoning, knowledge)
 
     loss = pg_loss + kl_loss
     if config.entropy_bonus > 0:
         loss = loss - config.entropy_bonus * masked_aggregate(entropy.float(), mask, config.loss_agg)
-
-    n_valid = mask.sum().clamp(min=1)
-    metrics = {
-        "pg_loss": float(pg_loss.detach()),
-        "kl_loss": float(kl_loss.detach()),
-        "clipfrac_reasoning": float((clipped & reasoning).sum() / reasoning.sum().clamp(min=1)),
-        "clipfrac_knowledge": float((clipped & knowledge).sum() / knowledge.sum().clamp(min=1)),
-        "clipfrac": float((clipped & mask).sum() / n_valid),
-        "kl_reasoning": kl_r,
-        "kl_knowledge": kl_k,
-        "reasoning_frac": float(reasoning.sum() / n_valid),
-        "approx_kl": float(masked_aggregate((old_logprobs - logprobs).detach(), mask)),
-        "entropy": float(masked_aggregate(h, mask)),
-        "ratio_mean": float(masked_aggregate(ratio, mask)),
-    }
+    metrics = _loss_metrics(
+        pg_loss,
+        kl_loss,
+        clipped & mask,
+        clipped,
+        ratio,
+        reasoning,
+        knowledge,
+        mask,
+        h,
+        (kl_r, kl_k),
+        logprobs,
+        old_logprobs,
+    )
     return loss, metrics
 
 
@@ -418,16 +441,9 @@ def high_entropy_only_loss(
     """
     check_float("quantile", quantile, 0.0, 1.0, low_open=True, high_open=True)
     check_float("kl_coef", kl_coef, 0.0)
-    adv = advantages.unsqueeze(1).expand_as(logprobs) if advantages.ndim == 1 else advantages
-    check_token_tensors(
-        logprobs=logprobs,
-        old_logprobs=old_logprobs,
-        advantages=adv,
-        response_mask=response_mask,
-        entropy=entropy,
-        ref_logprobs=ref_logprobs,
+    adv, mask = check_policy_inputs(
+        logprobs, old_logprobs, advantages, response_mask, ref_logprobs, entropy=entropy
     )
-    mask = as_mask("response_mask", response_mask)
     if kl_coef > 0 and ref_logprobs is None:
         raise ValueError("ref_logprobs is required when kl_coef > 0")
     h = entropy.detach().float()
@@ -448,22 +464,21 @@ def high_entropy_only_loss(
         kl = kl_penalty(logprobs.float(), ref_logprobs.float(), "k3", clamp=KL_CLAMP)
         if kl_coef > 0:
             kl_loss = kl_coef * masked_aggregate(kl, mask, loss_agg)
-        kl_r = float(masked_aggregate(kl.detach(), reasoning)) if reasoning.any() else 0.0
-        kl_k = float(masked_aggregate(kl.detach(), knowledge)) if knowledge.any() else 0.0
-    n_valid = mask.sum().clamp(min=1)
-    metrics = {
-        "pg_loss": float(pg_loss.detach()),
-        "kl_loss": float(kl_loss.detach()),
-        "clipfrac_reasoning": float((clipped & reasoning).sum() / reasoning.sum().clamp(min=1)),
-        "clipfrac_knowledge": float((clipped & knowledge).sum() / knowledge.sum().clamp(min=1)),
-        "clipfrac": float((clipped & reasoning).sum() / n_valid),
-        "kl_reasoning": kl_r,
-        "kl_knowledge": kl_k,
-        "reasoning_frac": float(reasoning.sum() / n_valid),
-        "approx_kl": float(masked_aggregate((old_logprobs.float() - logprobs.float()).detach(), mask)),
-        "entropy": float(masked_aggregate(h, mask)),
-        "ratio_mean": float(masked_aggregate(ratio, mask)),
-    }
+        kl_r, kl_k = _class_kl_means(kl, reasoning, knowledge)
+    metrics = _loss_metrics(
+        pg_loss,
+        kl_loss,
+        clipped & reasoning,
+        clipped,
+        ratio,
+        reasoning,
+        knowledge,
+        mask,
+        h,
+        (kl_r, kl_k),
+        logprobs,
+        old_logprobs,
+    )
     return pg_loss + kl_loss, metrics
 
 

@@ -252,23 +252,29 @@ def check_finite_tokens(mask: torch.Tensor, **tensors: torch.Tensor | None) -> N
             raise ValueError(f"{name} contains NaN or inf at valid (response_mask) tokens")
 
 
-def _validate_common(logprobs, old_logprobs, advantages, mask, ref_logprobs):
+def check_policy_inputs(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    ref_logprobs: torch.Tensor | None = None,
+    **extra: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Check the token inputs of a policy loss; return ``(advantages as (B, T), response_mask as bool)``.
+
+    ``(B,)`` advantages must have one row per ``logprobs`` row and are broadcast over tokens. Every
+    tensor (``extra`` ones too, e.g. ``entropy=``) must be ``(B, T)`` on one device
+    (:func:`check_token_tensors`) and finite at valid tokens (:func:`check_finite_tokens`).
+    """
     adv = advantages
     if isinstance(adv, torch.Tensor) and adv.ndim == 1:
         if adv.shape[0] != logprobs.shape[0]:
             raise ValueError(f"advantages has {adv.shape[0]} rows but logprobs has {logprobs.shape[0]}")
         adv = adv.unsqueeze(1).expand_as(logprobs)
-    check_token_tensors(
-        logprobs=logprobs,
-        old_logprobs=old_logprobs,
-        advantages=adv,
-        response_mask=mask,
-        ref_logprobs=ref_logprobs,
-    )
-    mask = as_mask("response_mask", mask)
-    check_finite_tokens(
-        mask, logprobs=logprobs, old_logprobs=old_logprobs, advantages=adv, ref_logprobs=ref_logprobs
-    )
+    values = dict(logprobs=logprobs, old_logprobs=old_logprobs, advantages=adv)
+    check_token_tensors(**values, response_mask=response_mask, **extra, ref_logprobs=ref_logprobs)
+    mask = as_mask("response_mask", response_mask)
+    check_finite_tokens(mask, **values, **extra, ref_logprobs=ref_logprobs)
     return adv, mask
 
 
@@ -324,7 +330,7 @@ def policy_loss(
     check_choice("loss_agg", loss_agg, LOSS_AGGS)
     if beta > 0 and ref_logprobs is None:
         raise ValueError("ref_logprobs is required when beta > 0")
-    adv, mask = _validate_common(logprobs, old_logprobs, advantages, response_mask, ref_logprobs)
+    adv, mask = check_policy_inputs(logprobs, old_logprobs, advantages, response_mask, ref_logprobs)
     pg, ratio, clipped = clipped_surrogate(logprobs, old_logprobs, adv, eps_low, eps_high, dual_clip_c)
     if token_mask is not None:
         check_token_tensors(logprobs=logprobs, token_mask=token_mask)
@@ -418,6 +424,7 @@ __all__ = [
     "KL_ESTIMATORS",
     "as_mask",
     "check_token_tensors",
+    "check_policy_inputs",
     "group_advantages",
     "masked_aggregate",
     "kl_penalty",
