@@ -55,6 +55,11 @@ splits the ``(Q, C)`` sweep of :func:`evaluate_arms` into arm blocks over worker
 reproduces it exactly.
 """
 
+# Each submodule lists its public names once, in its own ``__all__``; the package re-exports them.
+from neurips26.agents.channel_router import operators as _operators
+from neurips26.agents.channel_router import parallel as _parallel
+from neurips26.agents.channel_router import router as _router
+from neurips26.agents.channel_router import theory as _theory
 from neurips26.agents.channel_router.channels import (
     Channel,
     Critic,
@@ -67,52 +72,13 @@ from neurips26.agents.channel_router.channels import (
     Task,
     normalize_answer,
 )
-from neurips26.agents.channel_router.operators import (
-    DEFAULT_ACM_TABLE,
-    OPERATORS,
-    adaptive_routing,
-    best_of_n,
-    diversity_combining,
-    generator_critic,
-    hybrid_retransmission,
-    logprob_weights,
-    plurality_vote,
-    rateless_posterior,
-    rateless_sampling,
-    redundant_verification,
-    single_shot,
-    weighted_vote,
-)
-from neurips26.agents.channel_router.parallel import (
-    ConcurrentSampler,
-    OpenAICompletionsSampler,
-    parallel_evaluate,
-)
-from neurips26.agents.channel_router.router import (
-    Arm,
-    HashingEmbedder,
-    SemanticKNNRouter,
-    SentenceEmbedder,
-    evaluate_arms,
-    matched_cost_quality_gain,
-    matched_quality_cost_reduction,
-    pareto_frontier,
-    pareto_occupancy,
-    strongest_fixed,
-    time_decisions,
-)
-from neurips26.agents.channel_router.theory import (
-    averaging_mse,
-    contraction_factor,
-    empirical_crossover,
-    estimate_contraction,
-    is_contractive,
-    simulate_averaging_mse,
-    simulate_refinement,
-    uniform_beats_weighted,
-    uniform_vs_weighted_threshold,
-)
+from neurips26.agents.channel_router.operators import *  # noqa: F403
+from neurips26.agents.channel_router.parallel import *  # noqa: F403
+from neurips26.agents.channel_router.router import *  # noqa: F403
+from neurips26.agents.channel_router.theory import *  # noqa: F403
 
+# The channel model's public names (``as_judge``/``as_critic`` stay in :mod:`.channels`), then the
+# other submodules' public names.
 __all__ = [
     "Sample",
     "Task",
@@ -124,41 +90,8 @@ __all__ = [
     "Judge",
     "Critic",
     "normalize_answer",
-    "plurality_vote",
-    "weighted_vote",
-    "best_of_n",
-    "logprob_weights",
-    "single_shot",
-    "diversity_combining",
-    "hybrid_retransmission",
-    "generator_critic",
-    "rateless_posterior",
-    "rateless_sampling",
-    "redundant_verification",
-    "adaptive_routing",
-    "DEFAULT_ACM_TABLE",
-    "OPERATORS",
-    "uniform_vs_weighted_threshold",
-    "averaging_mse",
-    "uniform_beats_weighted",
-    "simulate_averaging_mse",
-    "empirical_crossover",
-    "contraction_factor",
-    "is_contractive",
-    "simulate_refinement",
-    "estimate_contraction",
-    "HashingEmbedder",
-    "SentenceEmbedder",
-    "Arm",
-    "SemanticKNNRouter",
-    "evaluate_arms",
-    "pareto_frontier",
-    "pareto_occupancy",
-    "strongest_fixed",
-    "matched_quality_cost_reduction",
-    "matched_cost_quality_gain",
-    "time_decisions",
-    "ConcurrentSampler",
-    "OpenAICompletionsSampler",
-    "parallel_evaluate",
+    *_operators.__all__,
+    *_theory.__all__,
+    *_router.__all__,
+    *_parallel.__all__,
 ]
