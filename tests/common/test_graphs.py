@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 from torch_geometric.utils import is_undirected
 
 from neurips26.common.graphs import (
+    check_adjacency,
     check_edge_index,
     class_mixing_matrix,
     csbm,
@@ -94,6 +95,25 @@ def test_edge_homophily_hand_case():
 def test_bad_edge_index(edge_index, match):
     with pytest.raises(ValueError, match=match):
         check_edge_index(edge_index, 4)
+
+
+def test_check_adjacency_accepts_coo_and_sparse_and_returns_them_unchanged():
+    edge_index = torch.tensor([[0, 1, 2], [1, 2, 0]])
+    assert check_adjacency(edge_index, 3) is edge_index
+    sparse = torch.sparse_coo_tensor(edge_index, torch.ones(3), (3, 3))
+    assert check_adjacency(sparse, 3) is sparse
+
+
+def test_check_adjacency_errors():
+    edge_index = torch.tensor([[0, 1, 2], [1, 2, 0]])
+    with pytest.raises(ValueError, match=r"sparse adjacency must be \[N, N\] with N=4"):
+        check_adjacency(torch.sparse_coo_tensor(edge_index, torch.ones(3), (3, 3)), 4)
+    with pytest.raises(ValueError, match="edge_index is a meta tensor"):
+        check_adjacency(torch.empty(2, 3, dtype=torch.long, device="meta"), 3)
+    with pytest.raises(ValueError, match="adj contains node id 2 >= num_nodes=2"):
+        check_adjacency(edge_index, 2, name="adj")
+    with pytest.raises(TypeError, match="int64/int32"):
+        check_adjacency(edge_index.float(), 3)
 
 
 def test_bad_arguments():

@@ -34,12 +34,13 @@ import numpy as np
 import torch
 from torch import Tensor
 from torch_geometric.data import Data
-from torch_geometric.utils import coalesce, remove_self_loops, to_undirected
+from torch_geometric.utils import coalesce, is_torch_sparse_tensor, remove_self_loops, to_undirected
 
 from neurips26.common.checks import check_choice, check_float, check_int
 
 __all__ = [
     "check_edge_index",
+    "check_adjacency",
     "csbm",
     "edge_homophily",
     "class_mixing_matrix",
@@ -79,6 +80,28 @@ def check_edge_index(edge_index: Tensor, num_nodes: int, name: str = "edge_index
         if hi >= num_nodes:
             raise ValueError(f"{name} contains node id {hi} >= num_nodes={num_nodes}")
     return edge_index
+
+
+def check_adjacency(edge_index: Tensor, num_nodes: int, name: str = "edge_index") -> Tensor:
+    """Validate a graph's adjacency against ``num_nodes``: a COO ``[2, E]`` ``edge_index``
+    (:func:`check_edge_index`) or a torch sparse ``[N, N]`` matrix; return it unchanged.
+
+    Raises
+    ------
+    TypeError
+        As :func:`check_edge_index` for a COO input.
+    ValueError
+        For a meta tensor, a sparse matrix that is not ``[num_nodes, num_nodes]``, or a bad COO input.
+    """
+    if isinstance(edge_index, Tensor) and edge_index.is_meta:
+        raise ValueError(f"{name} is a meta tensor (no data); pass a materialised tensor")
+    if isinstance(edge_index, Tensor) and is_torch_sparse_tensor(edge_index):
+        if tuple(edge_index.shape) != (num_nodes, num_nodes):
+            raise ValueError(
+                f"sparse adjacency must be [N, N] with N={num_nodes}, got {tuple(edge_index.shape)}"
+            )
+        return edge_index
+    return check_edge_index(edge_index, num_nodes, name)
 
 
 def edge_homophily(edge_index: Tensor, y: Tensor) -> float:

@@ -68,7 +68,7 @@ from torch_geometric.nn.models import GCN, MLP, DeepGraphInfomax
 from torch_geometric.utils import dropout_edge, is_torch_sparse_tensor, to_torch_coo_tensor
 
 from neurips26.common.checks import check_choice, check_float, check_int
-from neurips26.common.graphs import check_edge_index, linear_probe
+from neurips26.common.graphs import check_adjacency, check_edge_index, linear_probe
 from neurips26.common.profiling import saved_tensor_bytes
 
 __all__ = [
@@ -110,15 +110,7 @@ def _check_graph(x: Tensor, edge_index: Adjacency, in_channels: int | None = Non
         raise ValueError("x is a meta tensor (no data); pass a materialised tensor")
     if not bool(torch.isfinite(x).all()):
         raise ValueError("x contains NaN or inf")
-    if isinstance(edge_index, Tensor) and edge_index.is_meta:
-        raise ValueError("edge_index is a meta tensor (no data); pass a materialised tensor")
-    if isinstance(edge_index, Tensor) and is_torch_sparse_tensor(edge_index):
-        if tuple(edge_index.shape) != (x.size(0), x.size(0)):
-            raise ValueError(
-                f"sparse adjacency must be [N, N] with N={x.size(0)}, got {tuple(edge_index.shape)}"
-            )
-        return
-    check_edge_index(edge_index, x.size(0))
+    check_adjacency(edge_index, x.size(0))
 
 
 def standardize(z: Tensor, eps: float = 1e-8) -> Tensor:
@@ -393,7 +385,36 @@ def _augment(x: Tensor, edge_index: Tensor, p_edge: float, p_feat: float) -> tup
     return x * mask, edge_index
 
 
-class GRACE(nn.Module):
+class _TwoViewBaseline(nn.Module):
+    """What GRACE and BGRL share: input checks, two augmented views of one graph, the ``encoder`` as
+    the embedding. Subclasses set ``self.encoder`` (``[N, F] -> [N, out_channels]``)."""
+
+    encoder: nn.Module
+
+    def __init__(self, in_channels: int, p_edge: tuple[float, float], p_feat: tuple[float, float]) -> None:
+        super().__init__()
+        check_int("in_channels", in_channels, low=1)
+        self.p_edge, self.p_feat = p_edge, p_feat
+        self.in_channels = in_channels
+
+    def forward(self, x: Tensor, edge_index: Tensor, edge_weight: Tensor | None = None) -> Tensor:
+        """Encoder output ``[N, out_channels]`` on the un-augmented graph."""
+        _check_graph(x, edge_index, self.in_channels)
+        return self.encoder(x, edge_index, edge_weight=edge_weight)
+
+    def _views(self, x: Tensor, edge_index: Tensor) -> tuple[tuple[Tensor, Tensor], tuple[Tensor, Tensor]]:
+        """Check the input, then draw view 1 and view 2 (in that order) as ``(x_k, edge_index_k)``."""
+        _check_graph(x, edge_index, self.in_channels)
+        first = _augment(x, edge_index, self.p_edge[0], self.p_feat[0])
+        return first, _augment(x, edge_index, self.p_edge[1], self.p_feat[1])
+
+    @torch.no_grad()
+    def embed(self, x: Tensor, edge_index: Tensor, edge_weight: Tensor | None = None) -> Tensor:
+        self.eval()
+        return self(x, edge_index, edge_weight)
+
+
+class GRACE(_TwoViewBaseline):
     """GRACE baseline (Zhu et al., 2020): two augmented views, InfoNCE with intra- and inter-view negatives.
 
     .. math::
@@ -422,18 +443,10 @@ class GRACE(nn.Module):
         p_feat: tuple[float, float] = (0.3, 0.4),
         act: str = "prelu",
     ) -> None:
-        super().__init__()
-        check_int("in_channels", in_channels, low=1)
+        super().__init__(in_channels, p_edge, p_feat)
         self.tau = check_float("tau", tau, 0.0, low_open=True)
-        self.p_edge, self.p_feat = p_edge, p_feat
-        self.in_channels = in_channels
         self.encoder = GCN(in_channels, hidden_channels, 2, out_channels, act=act)
         self.projector = MLP([out_channels, proj_channels, out_channels], act="elu", norm=None)
-
-    def forward(self, x: Tensor, edge_index: Tensor, edge_weight: Tensor | None = None) -> Tensor:
-        """Encoder output ``[N, out_channels]`` on the un-augmented graph."""
-        _check_graph(x, edge_index, self.in_channels)
-        return self.encoder(x, edge_index, edge_weight=edge_weight)
 
     def _semi_loss(self, h1: Tensor, h2: Tensor) -> Tensor:
         h1, h2 = F.normalize(h1, dim=1), F.normalize(h2, dim=1)
@@ -442,20 +455,13 @@ class GRACE(nn.Module):
         return -torch.log(between.diag() / (refl.sum(1) + between.sum(1) - refl.diag()))
 
     def training_loss(self, x: Tensor, edge_index: Tensor, edge_weight: Tensor | None = None) -> Tensor:
-        _check_graph(x, edge_index, self.in_channels)
-        x1, e1 = _augment(x, edge_index, self.p_edge[0], self.p_feat[0])
-        x2, e2 = _augment(x, edge_index, self.p_edge[1], self.p_feat[1])
+        (x1, e1), (x2, e2) = self._views(x, edge_index)
         h1 = self.projector(self.encoder(x1, e1))
         h2 = self.projector(self.encoder(x2, e2))
         return 0.5 * (self._semi_loss(h1, h2) + self._semi_loss(h2, h1)).mean()
 
-    @torch.no_grad()
-    def embed(self, x: Tensor, edge_index: Tensor, edge_weight: Tensor | None = None) -> Tensor:
-        self.eval()
-        return self(x, edge_index, edge_weight)
 
-
-class BGRL(nn.Module):
+class BGRL(_TwoViewBaseline):
     """BGRL baseline (Thakoor et al., 2022): bootstrapped latents, EMA target, predictor, no negatives.
 
     .. math::
@@ -468,7 +474,8 @@ class BGRL(nn.Module):
     Shapes
     ------
     - input: ``x [N, F]``, ``edge_index [2, E]``, optional ``edge_weight [E]``
-    - :meth:`forward`, :meth:`embed`: ``[N, out_channels]``
+    - :meth:`forward`, :meth:`embed`: ``[N, out_channels]`` from the online encoder (the EMA ``target``
+      encoder has the same shape)
     """
 
     def __init__(
@@ -481,25 +488,16 @@ class BGRL(nn.Module):
         p_feat: tuple[float, float] = (0.3, 0.2),
         act: str = "prelu",
     ) -> None:
-        super().__init__()
-        check_int("in_channels", in_channels, low=1)
+        super().__init__(in_channels, p_edge, p_feat)
         self.momentum = check_float("momentum", momentum, 0.0, 1.0)
-        self.p_edge, self.p_feat = p_edge, p_feat
-        self.in_channels = in_channels
         self.encoder = GCN(in_channels, hidden_channels, 2, out_channels, act=act, norm="batch_norm")
         self.target = copy.deepcopy(self.encoder)
         for p in self.target.parameters():
             p.requires_grad_(False)
         self.predictor = MLP([out_channels, hidden_channels, out_channels], act=act, norm=None)
 
-    def forward(self, x: Tensor, edge_index: Tensor, edge_weight: Tensor | None = None) -> Tensor:
-        _check_graph(x, edge_index, self.in_channels)
-        return self.encoder(x, edge_index, edge_weight=edge_weight)
-
     def training_loss(self, x: Tensor, edge_index: Tensor, edge_weight: Tensor | None = None) -> Tensor:
-        _check_graph(x, edge_index, self.in_channels)
-        x1, e1 = _augment(x, edge_index, self.p_edge[0], self.p_feat[0])
-        x2, e2 = _augment(x, edge_index, self.p_edge[1], self.p_feat[1])
+        (x1, e1), (x2, e2) = self._views(x, edge_index)
         p1, p2 = self.predictor(self.encoder(x1, e1)), self.predictor(self.encoder(x2, e2))
         with torch.no_grad():
             t1, t2 = self.target(x1, e1), self.target(x2, e2)
@@ -515,11 +513,6 @@ class BGRL(nn.Module):
 
     def after_step(self) -> None:
         self.update_target()
-
-    @torch.no_grad()
-    def embed(self, x: Tensor, edge_index: Tensor, edge_weight: Tensor | None = None) -> Tensor:
-        self.eval()
-        return self(x, edge_index, edge_weight)
 
 
 class _DGIEncoder(nn.Module):

@@ -27,7 +27,7 @@ from torch_geometric.nn.conv.gcn_conv import gcn_norm
 from torch_geometric.utils import is_torch_sparse_tensor, scatter, spmm
 
 from neurips26.common.checks import check_choice, check_int
-from neurips26.common.graphs import check_edge_index
+from neurips26.common.graphs import check_adjacency
 from neurips26.graph.sgnnbench._ops import record
 from neurips26.graph.sgnnbench.neurons import NEURONS, make_neuron
 
@@ -58,15 +58,7 @@ def _check(x: Tensor, edge_index: Tensor, like: nn.Module | None = None) -> None
         )
     if not bool(torch.isfinite(x).all()):
         raise ValueError("x contains NaN or inf")
-    if isinstance(edge_index, Tensor) and edge_index.is_meta:
-        raise ValueError("edge_index is a meta tensor (no data); pass a materialised tensor")
-    if isinstance(edge_index, Tensor) and is_torch_sparse_tensor(edge_index):
-        if tuple(edge_index.shape) != (x.size(0), x.size(0)):
-            raise ValueError(
-                f"sparse adjacency must be [N, N] with N={x.size(0)}, got {tuple(edge_index.shape)}"
-            )
-        return
-    check_edge_index(edge_index, x.size(0))
+    check_adjacency(edge_index, x.size(0))
 
 
 def _same(a: Tensor | None, b: Tensor | None) -> bool:
