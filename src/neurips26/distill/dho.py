@@ -273,7 +273,17 @@ def _dual_objective(
     return {"loss": loss, "ce": ce, "kd_labeled": kd_l, "kd_unlabeled": kd_u}
 
 
-class DHOLoss(nn.Module):
+class _KDObjective(nn.Module):
+    """The parameters that :class:`DHOLoss` and its baseline :class:`SingleHeadKDLoss` share:
+    ``lam`` in [0, 1] and ``temperature`` > 0 of :func:`_dual_objective`."""
+
+    def __init__(self, lam: float = 0.5, temperature: float = 2.0):
+        super().__init__()
+        self.lam = check_probability("lam", lam)
+        self.temperature = check_float("temperature", temperature, 0.0, low_open=True)
+
+
+class DHOLoss(_KDObjective):
     """The DHO training objective on :class:`DualHeadOutput` (CE on the CE head, KD on the KD head).
 
     Parameters
@@ -293,11 +303,6 @@ class DHOLoss(nn.Module):
     ``out_unlabeled``: ``[B_u, K]`` logits or ``None``; ``teacher_logits_labeled``: ``[B_l, K]``;
     ``teacher_logits_unlabeled``: ``[B_u, K]`` -> scalars.
     """
-
-    def __init__(self, lam: float = 0.5, temperature: float = 2.0):
-        super().__init__()
-        self.lam = check_probability("lam", lam)
-        self.temperature = check_float("temperature", temperature, 0.0, low_open=True)
 
     def forward(
         self,
@@ -334,7 +339,7 @@ class DHOLoss(nn.Module):
         )
 
 
-class SingleHeadKDLoss(nn.Module):
+class SingleHeadKDLoss(_KDObjective):
     """Baseline: CE and KD on one head, :math:`\\lambda\\,\\mathrm{CE}(s_l, y) + (1-\\lambda)T^2[\\mathrm{KL}_l + \\mathrm{KL}_u]`.
 
     Same parameters and return dict as :class:`DHOLoss`, on plain logits (B, K).
@@ -345,11 +350,6 @@ class SingleHeadKDLoss(nn.Module):
     ``None``; ``teacher_logits_labeled``: ``[B_l, K]``; ``teacher_logits_unlabeled``: ``[B_u, K]``
     -> scalars.
     """
-
-    def __init__(self, lam: float = 0.5, temperature: float = 2.0):
-        super().__init__()
-        self.lam = check_probability("lam", lam)
-        self.temperature = check_float("temperature", temperature, 0.0, low_open=True)
 
     def forward(
         self,

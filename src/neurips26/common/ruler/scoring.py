@@ -15,22 +15,23 @@ def _clean(pred: str) -> str:
     return "".join(ch for ch in str(pred) if ch.isprintable() or ch in "\n\t").strip()
 
 
-def string_match_all(preds: Sequence[str], refs: Sequence[Sequence[str]]) -> float:
-    """RULER's ``string_match_all``: mean over items of the fraction of references found (case-insensitive)."""
+def _mean_score(preds: Sequence[str], refs: Sequence[Sequence[str]], metric: str) -> float:
+    """Mean of :func:`score_item` over aligned ``preds`` and ``refs`` (equal, non-zero lengths)."""
     if len(preds) != len(refs):
         raise ValueError(f"preds ({len(preds)}) and refs ({len(refs)}) differ in length")
     if not preds:
         raise ValueError("preds must not be empty")
-    return sum(score_item(p, r, "all") for p, r in zip(preds, refs)) / len(preds)
+    return sum(score_item(p, r, metric) for p, r in zip(preds, refs)) / len(preds)
+
+
+def string_match_all(preds: Sequence[str], refs: Sequence[Sequence[str]]) -> float:
+    """RULER's ``string_match_all``: mean over items of the fraction of references found (case-insensitive)."""
+    return _mean_score(preds, refs, "all")
 
 
 def string_match_part(preds: Sequence[str], refs: Sequence[Sequence[str]]) -> float:
     """RULER's ``string_match_part``: mean over items of 1 if any reference is found, else 0."""
-    if len(preds) != len(refs):
-        raise ValueError(f"preds ({len(preds)}) and refs ({len(refs)}) differ in length")
-    if not preds:
-        raise ValueError("preds must not be empty")
-    return sum(score_item(p, r, "part") for p, r in zip(preds, refs)) / len(preds)
+    return _mean_score(preds, refs, "part")
 
 
 def score_item(pred: str, refs: Sequence[str], metric: str = "all") -> float:

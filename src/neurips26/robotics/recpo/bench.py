@@ -14,7 +14,7 @@ Shapes
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -188,6 +188,16 @@ def replay(env, calls: Sequence[SkillCall]) -> EpisodeResult:
     return result
 
 
+def _timed_replay(env, plan: Callable[[], Sequence[SkillCall]]) -> EpisodeResult:
+    """Time ``plan()`` (wall clock, into ``planning_time_s``), then :func:`replay` the calls it returns."""
+    t0 = time.perf_counter()
+    calls = plan()
+    elapsed = time.perf_counter() - t0
+    result = replay(env, calls)
+    result.planning_time_s = elapsed
+    return result
+
+
 def edit_distance(a: Sequence[str], b: Sequence[str]) -> int:
     """Levenshtein distance between two label sequences."""
     prev = list(range(len(b) + 1))
@@ -219,12 +229,7 @@ class WholeCompositionRetrieval:
         return list(self.library[best][1])
 
     def run(self, env, demonstration: np.ndarray) -> EpisodeResult:
-        t0 = time.perf_counter()
-        calls = self.plan(demonstration)
-        elapsed = time.perf_counter() - t0
-        result = replay(env, calls)
-        result.planning_time_s = elapsed
-        return result
+        return _timed_replay(env, lambda: self.plan(demonstration))
 
 
 class FullStateSkillRetrieval:
@@ -288,12 +293,7 @@ class FullStateSkillRetrieval:
         return calls
 
     def run(self, env, demonstration: np.ndarray) -> EpisodeResult:
-        t0 = time.perf_counter()
-        calls = self.plan(demonstration)
-        elapsed = time.perf_counter() - t0
-        result = replay(env, calls)
-        result.planning_time_s = elapsed
-        return result
+        return _timed_replay(env, lambda: self.plan(demonstration))
 
 
 class OraclePlanner:
@@ -304,12 +304,7 @@ class OraclePlanner:
 
     def run(self, env, target: Sequence[str]) -> EpisodeResult:
         env = getattr(env, "unwrapped", env)
-        t0 = time.perf_counter()
-        calls = oracle_plan(env.symbolic_state(), target, self.max_depth) or []
-        elapsed = time.perf_counter() - t0
-        result = replay(env, calls)
-        result.planning_time_s = elapsed
-        return result
+        return _timed_replay(env, lambda: oracle_plan(env.symbolic_state(), target, self.max_depth) or [])
 
 
 def view_training_data(n: int, noise: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
