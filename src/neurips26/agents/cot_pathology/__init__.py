@@ -35,6 +35,7 @@ Chain-of-thought ids ``(T,)``; step embeddings ``(n, H)``; transition matrix ``(
 controller scores ``(B, V)``.
 """
 
+from . import parallel as _parallel
 from .controllers import (
     CONTROLLERS,
     GENERIC_CONTROLS,
@@ -55,15 +56,7 @@ from .detectors import (
     results_table,
     step_ngram_repetition,
 )
-from .parallel import (
-    SurgeryItem,
-    detector_inputs,
-    item_rng,
-    parallel_detect_all,
-    parallel_evaluate_detectors,
-    parallel_map,
-    surgery_set,
-)
+from .parallel import *  # noqa: F403  (its __all__, listed once there)
 from .surgery import (
     SurgeryTemplates,
     auroc,
@@ -117,11 +110,5 @@ __all__ = [
     "results_table",
     "step_features",
     "step_ngram_repetition",
-    "SurgeryItem",
-    "detector_inputs",
-    "item_rng",
-    "parallel_detect_all",
-    "parallel_evaluate_detectors",
-    "parallel_map",
-    "surgery_set",
+    *_parallel.__all__,
 ]
