@@ -268,43 +268,37 @@ def _class_kl(
     return masked_aggregate(kl, cls_mask, config.loss_agg)
 
 
-def _class_kl_means(
-    kl: torch.Tensor, reasoning: torch.Tensor, knowledge: torch.Tensor
-) -> tuple[float, float]:
-    """Mean KL estimate over the reasoning and over the knowledge tokens (0.0 for an empty class)."""
-    kl_r = float(masked_aggregate(kl.detach(), reasoning)) if reasoning.any() else 0.0
-    kl_k = float(masked_aggregate(kl.detach(), knowledge)) if knowledge.any() else 0.0
-    return kl_r, kl_k
-
-
 def _loss_metrics(
-    pg_loss,
-    kl_loss,
-    counted_clips,
-    clipped,
-    ratio,
-    reasoning,
-    knowledge,
-    mask,
-    h,
-    class_kl,
-    logprobs,
-    old_logprobs,
+    losses: tuple[torch.Tensor, torch.Tensor],
+    clips: tuple[torch.Tensor, torch.Tensor],
+    split: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    kl: torch.Tensor | None,
+    ratio: torch.Tensor,
+    h: torch.Tensor,
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
 ) -> dict[str, float]:
     """The metrics of :func:`archer_policy_loss` and :func:`high_entropy_only_loss`.
 
-    ``counted_clips`` is the bool ``(B, T)`` set of clipped tokens that ``clipfrac`` counts (over the
-    valid tokens); ``class_kl`` is ``(kl_reasoning, kl_knowledge)``.
+    ``losses`` is ``(pg_loss, kl_loss)``; ``clips`` is ``(clipped, counted)``: the bool ``(B, T)``
+    clipped tokens and the subset of them that ``clipfrac`` counts (over the valid tokens);
+    ``split`` is ``(reasoning, knowledge, response mask)``; ``kl`` the per-token KL estimate to the
+    reference (``None``: no reference, class KLs NaN); ``h`` the token entropies.
     """
+    (pg_loss, kl_loss), (clipped, counted), (reasoning, knowledge, mask) = losses, clips, split
+    kl_r = kl_k = float("nan")
+    if kl is not None:
+        kl_r = float(masked_aggregate(kl.detach(), reasoning)) if reasoning.any() else 0.0
+        kl_k = float(masked_aggregate(kl.detach(), knowledge)) if knowledge.any() else 0.0
     n_valid = mask.sum().clamp(min=1)
     return {
         "pg_loss": float(pg_loss.detach()),
         "kl_loss": float(kl_loss.detach()),
         "clipfrac_reasoning": float((clipped & reasoning).sum() / reasoning.sum().clamp(min=1)),
         "clipfrac_knowledge": float((clipped & knowledge).sum() / knowledge.sum().clamp(min=1)),
-        "clipfrac": float(counted_clips.sum() / n_valid),
-        "kl_reasoning": class_kl[0],
-        "kl_knowledge": class_kl[1],
+        "clipfrac": float(counted.sum() / n_valid),
+        "kl_reasoning": kl_r,
+        "kl_knowledge": kl_k,
         "reasoning_frac": float(reasoning.sum() / n_valid),
         "approx_kl": float(masked_aggregate((old_logprobs.float() - logprobs.float()).detach(), mask)),
         "entropy": float(masked_aggregate(h, mask)),
@@ -385,32 +379,20 @@ def archer_policy_loss(
     pg, ratio, clipped = clipped_surrogate(logprobs, old_logprobs, adv, eps_low, eps_high, config.dual_clip_c)
     pg_loss = masked_aggregate(pg, mask, config.loss_agg)
 
-    kl_loss = logprobs.new_zeros(())
-    kl_r = kl_k = float("nan")
+    kl_loss, kl = logprobs.new_zeros(()), None
     if ref_logprobs is not None:
         kl = kl_penalty(logprobs, ref_logprobs.float().detach(), config.kl_estimator, clamp=KL_CLAMP)
         if config.kl_coef_knowledge > 0:
             kl_loss = kl_loss + config.kl_coef_knowledge * _class_kl(kl, knowledge, mask, config)
         if config.kl_coef_reasoning > 0 and config.split:
             kl_loss = kl_loss + config.kl_coef_reasoning * _class_kl(kl, reasoning, mask, config)
-        kl_r, kl_k = _class_kl_means(kl, reasoning, knowledge)
 
     loss = pg_loss + kl_loss
     if config.entropy_bonus > 0:
         loss = loss - config.entropy_bonus * masked_aggregate(entropy.float(), mask, config.loss_agg)
+    split, counted = (reasoning, knowledge, mask), clipped & mask
     metrics = _loss_metrics(
-        pg_loss,
-        kl_loss,
-        clipped & mask,
-        clipped,
-        ratio,
-        reasoning,
-        knowledge,
-        mask,
-        h,
-        (kl_r, kl_k),
-        logprobs,
-        old_logprobs,
+        (pg_loss, kl_loss), (clipped, counted), split, kl, ratio, h, logprobs, old_logprobs
     )
     return loss, metrics
 
@@ -458,26 +440,15 @@ def high_entropy_only_loss(
         logprobs.float(), old_logprobs.float(), adv.float().detach(), *clip
     )
     pg_loss = masked_aggregate(pg * reasoning.float(), mask, loss_agg)
-    kl_loss = logprobs.new_zeros((), dtype=torch.float32)
-    kl_r = kl_k = float("nan")
+    kl_loss, kl = logprobs.new_zeros((), dtype=torch.float32), None
     if ref_logprobs is not None:
         kl = kl_penalty(logprobs.float(), ref_logprobs.float(), "k3", clamp=KL_CLAMP)
         if kl_coef > 0:
             kl_loss = kl_coef * masked_aggregate(kl, mask, loss_agg)
-        kl_r, kl_k = _class_kl_means(kl, reasoning, knowledge)
+    # clipfrac counts only the reasoning tokens: the others receive no policy gradient here
+    split, counted = (reasoning, knowledge, mask), clipped & reasoning
     metrics = _loss_metrics(
-        pg_loss,
-        kl_loss,
-        clipped & reasoning,
-        clipped,
-        ratio,
-        reasoning,
-        knowledge,
-        mask,
-        h,
-        (kl_r, kl_k),
-        logprobs,
-        old_logprobs,
+        (pg_loss, kl_loss), (clipped, counted), split, kl, ratio, h, logprobs, old_logprobs
     )
     return pg_loss + kl_loss, metrics
 

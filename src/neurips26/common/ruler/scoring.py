@@ -112,20 +112,7 @@ def evaluate_items(
                 out, prefill_s, decode_s = _greedy(
                     model, ids, mask if padded else None, cache, limit, stops, tokenizer
                 )
-                for r, it in enumerate(batch):
-                    text = _answer_text(tokenizer.decode(out[r], skip_special_tokens=True))
-                    rows.append(
-                        {
-                            "task": it.task,
-                            "length": it.length,
-                            "index": it.index,
-                            "prediction": text,
-                            "score": score_item(text, it.answers, it.metric),
-                            "gen_tokens": len(out[r]),
-                            "prefill_s": prefill_s / len(batch),
-                            "decode_s": decode_s / len(batch),
-                        }
-                    )
+                rows += _scored_rows(batch, out, tokenizer, prefill_s, decode_s)
     finally:
         if attention is not None:
             model.set_attn_implementation(previous)
@@ -266,23 +253,36 @@ def compare_caches(
                     )
                 extra = inspect(arm, cache) if inspect is not None else {}
                 arm_s = time.perf_counter() - start
-                for r, it in enumerate(batch):
-                    text = _answer_text(tokenizer.decode(gen[r], skip_special_tokens=True))
-                    out.setdefault(arm, []).append(
-                        {
-                            "task": it.task,
-                            "length": it.length,
-                            "index": it.index,
-                            "prediction": text,
-                            "score": score_item(text, it.answers, it.metric),
-                            "gen_tokens": len(gen[r]),
-                            "prefill_s": prefill_s / len(batch),
-                            "decode_s": decode_s / len(batch),
-                            "arm_s": arm_s / len(batch),
-                            **extra,
-                        }
-                    )
+                more = {"arm_s": arm_s / len(batch), **extra}
+                out.setdefault(arm, []).extend(_scored_rows(batch, gen, tokenizer, prefill_s, decode_s, more))
     return out
+
+
+def _scored_rows(
+    batch: Sequence[RulerItem],
+    generated: Sequence[Sequence[int]],
+    tokenizer: Any,
+    prefill_s: float,
+    decode_s: float,
+    more: dict[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """One row per item of a batch: its answer text, score, generated length and per-item share of
+    the batch's prefill and decode seconds, then the ``more`` fields."""
+    rows = []
+    for r, it in enumerate(batch):
+        text = _answer_text(tokenizer.decode(generated[r], skip_special_tokens=True))
+        row = {
+            "task": it.task,
+            "length": it.length,
+            "index": it.index,
+            "prediction": text,
+            "score": score_item(text, it.answers, it.metric),
+            "gen_tokens": len(generated[r]),
+            "prefill_s": prefill_s / len(batch),
+            "decode_s": decode_s / len(batch),
+        }
+        rows.append({**row, **(more or {})})
+    return rows
 
 
 def _answer_text(text: str) -> str:
