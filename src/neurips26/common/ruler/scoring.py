@@ -94,25 +94,20 @@ def evaluate_items(
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     rows: list[dict[str, Any]] = []
     try:
-        groups: dict[tuple[str, int], list[RulerItem]] = {}
-        for it in items:
-            groups.setdefault((it.task, it.length), []).append(it)
-        for cell in groups.values():
-            for b in range(0, len(cell), batch_size):
-                batch = cell[b : b + batch_size]
-                width = max(len(it.input_ids) for it in batch)
-                ids = torch.full((len(batch), width), pad, dtype=torch.long)
-                mask = torch.zeros((len(batch), width), dtype=torch.long)
-                for r, it in enumerate(batch):
-                    ids[r, width - len(it.input_ids) :] = torch.tensor(it.input_ids)
-                    mask[r, width - len(it.input_ids) :] = 1
-                padded = bool((mask == 0).any())
-                cache = make_cache() if make_cache is not None else DynamicCache(config=model.config)
-                limit = max_new_tokens or max(it.max_new_tokens for it in batch)
-                out, prefill_s, decode_s = _greedy(
-                    model, ids, mask if padded else None, cache, limit, stops, tokenizer
-                )
-                rows += _scored_rows(batch, out, tokenizer, prefill_s, decode_s)
+        for batch in _batches(items, batch_size):
+            width = max(len(it.input_ids) for it in batch)
+            ids = torch.full((len(batch), width), pad, dtype=torch.long)
+            mask = torch.zeros((len(batch), width), dtype=torch.long)
+            for r, it in enumerate(batch):
+                ids[r, width - len(it.input_ids) :] = torch.tensor(it.input_ids)
+                mask[r, width - len(it.input_ids) :] = 1
+            padded = bool((mask == 0).any())
+            cache = make_cache() if make_cache is not None else DynamicCache(config=model.config)
+            limit = max_new_tokens or max(it.max_new_tokens for it in batch)
+            out, prefill_s, decode_s = _greedy(
+                model, ids, mask if padded else None, cache, limit, stops, tokenizer
+            )
+            rows += _scored_rows(batch, out, tokenizer, prefill_s, decode_s)
     finally:
         if attention is not None:
             model.set_attn_implementation(previous)
@@ -200,62 +195,65 @@ def compare_caches(
     check_int("tail", tail, low=1)
     stops = _stop_ids(tokenizer, model)
     out: dict[str, list[dict[str, Any]]] = {}
+    for batch in _batches(items, batch_size):
+        widths = {len(it.input_ids) for it in batch}
+        if len(widths) != 1:
+            raise ValueError(
+                f"compare_caches needs items of equal token length per cell, got {sorted(widths)}"
+            )
+        ids = torch.tensor([it.input_ids for it in batch], dtype=torch.long)
+        split = ids.shape[1] - tail
+        step = chunk or split
+        bounds = [(s, min(s + step, split)) for s in range(0, split, step)]
+        start = time.perf_counter()
+        pre = DynamicCache(config=model.config)
+        kv: list[list[tuple[torch.Tensor, torch.Tensor]]] = []
+        pctx = prefill_context() if prefill_context is not None else contextlib.nullcontext()
+        with pctx, torch.no_grad():
+            for i, (s, e) in enumerate(bounds):
+                model.model(ids[:, s:e], cache=pre, use_cache=True)
+                kv.append([(lay.keys[..., s:e, :], lay.values[..., s:e, :]) for lay in pre.layers])
+                if on_prefill_chunk is not None:
+                    on_prefill_chunk(i)
+        prefill_s = time.perf_counter() - start
+        for arm, cache in make_caches().items():
+            ctx = arm_context(arm) if arm_context is not None else contextlib.nullcontext()
+            start = time.perf_counter()
+            with ctx, torch.no_grad():
+                if hasattr(cache, "bulk_prefill") and len(kv) == 1 and on_fill_chunk is None:
+                    cache.bulk_prefill(kv[0])  # same stored state as layer-wise updates
+                    kv_iter: list = []
+                else:
+                    kv_iter = kv
+                for i, chunk_kv in enumerate(kv_iter):
+                    if on_fill_chunk is not None:
+                        on_fill_chunk(arm, i)
+                    for layer_idx, (k, v) in enumerate(chunk_kv):
+                        cache.update(k, v, layer_idx)
+                if on_fill_chunk is not None:
+                    on_fill_chunk(arm, len(kv))  # after the last chunk, before the tail
+                gen, tail_s, decode_s = _greedy(
+                    model,
+                    ids[:, split:],
+                    None,
+                    cache,
+                    max_new_tokens or max(it.max_new_tokens for it in batch),
+                    stops,
+                    tokenizer,
+                )
+            extra = inspect(arm, cache) if inspect is not None else {}
+            arm_s = time.perf_counter() - start
+            more = {"arm_s": arm_s / len(batch), **extra}
+            out.setdefault(arm, []).extend(_scored_rows(batch, gen, tokenizer, prefill_s, decode_s, more))
+    return out
+
+
+def _batches(items: Sequence[RulerItem], batch_size: int) -> list[list[RulerItem]]:
+    """Items grouped into ``(task, length)`` cells (in first-seen order), each cut into batches."""
     groups: dict[tuple[str, int], list[RulerItem]] = {}
     for it in items:
         groups.setdefault((it.task, it.length), []).append(it)
-    for cell in groups.values():
-        for b in range(0, len(cell), batch_size):
-            batch = cell[b : b + batch_size]
-            widths = {len(it.input_ids) for it in batch}
-            if len(widths) != 1:
-                raise ValueError(
-                    f"compare_caches needs items of equal token length per cell, got {sorted(widths)}"
-                )
-            ids = torch.tensor([it.input_ids for it in batch], dtype=torch.long)
-            split = ids.shape[1] - tail
-            step = chunk or split
-            bounds = [(s, min(s + step, split)) for s in range(0, split, step)]
-            start = time.perf_counter()
-            pre = DynamicCache(config=model.config)
-            kv: list[list[tuple[torch.Tensor, torch.Tensor]]] = []
-            pctx = prefill_context() if prefill_context is not None else contextlib.nullcontext()
-            with pctx, torch.no_grad():
-                for i, (s, e) in enumerate(bounds):
-                    model.model(ids[:, s:e], cache=pre, use_cache=True)
-                    kv.append([(lay.keys[..., s:e, :], lay.values[..., s:e, :]) for lay in pre.layers])
-                    if on_prefill_chunk is not None:
-                        on_prefill_chunk(i)
-            prefill_s = time.perf_counter() - start
-            for arm, cache in make_caches().items():
-                ctx = arm_context(arm) if arm_context is not None else contextlib.nullcontext()
-                start = time.perf_counter()
-                with ctx, torch.no_grad():
-                    if hasattr(cache, "bulk_prefill") and len(kv) == 1 and on_fill_chunk is None:
-                        cache.bulk_prefill(kv[0])  # same stored state as layer-wise updates
-                        kv_iter: list = []
-                    else:
-                        kv_iter = kv
-                    for i, chunk_kv in enumerate(kv_iter):
-                        if on_fill_chunk is not None:
-                            on_fill_chunk(arm, i)
-                        for layer_idx, (k, v) in enumerate(chunk_kv):
-                            cache.update(k, v, layer_idx)
-                    if on_fill_chunk is not None:
-                        on_fill_chunk(arm, len(kv))  # after the last chunk, before the tail
-                    gen, tail_s, decode_s = _greedy(
-                        model,
-                        ids[:, split:],
-                        None,
-                        cache,
-                        max_new_tokens or max(it.max_new_tokens for it in batch),
-                        stops,
-                        tokenizer,
-                    )
-                extra = inspect(arm, cache) if inspect is not None else {}
-                arm_s = time.perf_counter() - start
-                more = {"arm_s": arm_s / len(batch), **extra}
-                out.setdefault(arm, []).extend(_scored_rows(batch, gen, tokenizer, prefill_s, decode_s, more))
-    return out
+    return [cell[b : b + batch_size] for cell in groups.values() for b in range(0, len(cell), batch_size)]
 
 
 def _scored_rows(
