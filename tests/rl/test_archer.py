@@ -266,6 +266,20 @@ def test_bad_inputs():
         archer_policy_loss(logp, old, adv, mask, ent, ref, config={"quantile": 0.8})
 
 
+def test_archer_and_isolation_baseline_share_input_checks():
+    """Both losses validate through rl.losses.check_policy_inputs: row count, shapes, entropy, NaN."""
+    logp, old, ref, adv, mask, ent = _batch(11)
+    for loss in (archer_policy_loss, high_entropy_only_loss):
+        with pytest.raises(ValueError, match="advantages has 4 rows but logprobs has 5"):
+            loss(logp, old, adv[:4, 0], mask, ent, ref)
+        with pytest.raises(ValueError, match="shape mismatch: logprobs is .* but entropy is"):
+            loss(logp, old, adv, mask, ent[:, :4], ref)
+        bad = ent.clone()
+        bad[0, 0] = float("nan")  # token 0 of every row is valid (lengths >= 1)
+        with pytest.raises(ValueError, match="entropy contains NaN or inf at valid"):
+            loss(logp, old, adv, mask, bad, ref)
+
+
 def test_verl_adapter_equals_functional_loss():
     logp, old, ref, adv, mask, ent = _batch(10)
     R, _ = classify_tokens(ent, mask, 0.8)

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from neurips26.rl.losses import (
     as_mask,
+    check_policy_inputs,
     clipped_surrogate,
     dapo_loss,
     dynamic_sampling_mask,
@@ -210,6 +211,25 @@ def test_dynamic_sampling_mask_and_as_mask():
     assert as_mask("m", torch.tensor([0.0, 1.0])).dtype == torch.bool
     with pytest.raises(ValueError, match="0/1"):
         as_mask("m", torch.tensor([0.0, 0.5]))
+
+
+def test_check_policy_inputs_broadcasts_and_checks_extra_tensors():
+    logp, old, ref, adv, mask, ent = _batch(3)
+    a, m = check_policy_inputs(logp, old, adv, mask.long(), ref, entropy=ent)
+    assert a.shape == logp.shape and torch.equal(a[:, 0], adv) and torch.equal(a[:, -1], adv)
+    assert m.dtype == torch.bool and torch.equal(m, mask)
+    a2, _ = check_policy_inputs(logp, old, a, mask)  # (B, T) advantages pass through unchanged
+    assert a2 is a
+    with pytest.raises(ValueError, match="advantages has 5 rows but logprobs has 6"):
+        check_policy_inputs(logp, old, adv[:5], mask)
+    with pytest.raises(ValueError, match="but entropy is"):
+        check_policy_inputs(logp, old, adv, mask, ref, entropy=ent[:, :3])
+    bad = ref.clone()
+    bad[0, 0] = float("inf")
+    with pytest.raises(ValueError, match="ref_logprobs contains NaN or inf"):
+        check_policy_inputs(logp, old, adv, mask, bad)
+    bad[0, 0], bad[~mask] = 0.0, float("nan")  # padding is never checked
+    check_policy_inputs(logp, old, adv, mask, bad)
 
 
 def test_policy_loss_errors():
