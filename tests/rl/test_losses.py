@@ -240,3 +240,20 @@ def test_policy_loss_errors():
         policy_loss(logp, old[:, :3], adv, mask)
     with pytest.raises(ValueError, match="rows"):
         policy_loss(logp, old, adv[:2], mask)
+
+
+@pytest.mark.parametrize("loss_agg", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_masked_aggregate_ignores_non_finite_values_at_padding(loss_agg, bad):
+    g = torch.Generator().manual_seed(0)
+    values = torch.randn(3, 5, generator=g)
+    mask = torch.ones(3, 5, dtype=torch.bool)
+    mask[0, 3:] = False
+    mask[2, :] = False  # an all-padding row
+    clean = values.clone().requires_grad_(True)
+    dirty = values.masked_fill(~mask, bad).requires_grad_(True)
+    a, b = masked_aggregate(clean, mask, loss_agg), masked_aggregate(dirty, mask, loss_agg)
+    assert torch.isfinite(b) and torch.equal(a, b)
+    a.backward()
+    b.backward()
+    assert torch.equal(clean.grad, dirty.grad) and bool((dirty.grad[~mask] == 0).all())

@@ -151,13 +151,16 @@ def masked_aggregate(values: torch.Tensor, mask: torch.Tensor, loss_agg: str = "
     """Aggregate a per-token ``(B, T)`` quantity over ``mask`` (see module docstring).
 
     Empty masks contribute zero (denominators are clamped to 1), so an all-padding row or batch
-    gives a finite 0 instead of NaN.
+    gives a finite 0 instead of NaN. Values at padded tokens never reach the result, even NaN or inf
+    ones, and receive zero gradient.
     """
     check_choice("loss_agg", loss_agg, LOSS_AGGS)
     m = mask.to(values.dtype)
+    # zero the padding before weighting: NaN/inf at a padded token must not reach the sum (NaN * 0 = NaN)
+    masked = values.masked_fill(m == 0, 0.0) * m
     if loss_agg == "token-mean":
-        return (values * m).sum() / m.sum().clamp(min=1.0)
-    per_row = (values * m).sum(-1)
+        return masked.sum() / m.sum().clamp(min=1.0)
+    per_row = masked.sum(-1)
     if loss_agg == "seq-mean-token-mean":
         per_row = per_row / m.sum(-1).clamp(min=1.0)
     return per_row.mean()
