@@ -9,9 +9,13 @@ from neurips26.claims.avsd import (
     BASELINES,
     CLAIM,
     METHOD,
+    TEMPLATE,
     VIEWS,
+    _sft_examples,
+    distill_prompts,
     final_answer,
     problems,
+    sft_stop,
     step_accuracy,
     tokenizer,
 )
@@ -65,3 +69,50 @@ def test_smoke_structure_and_budget(smoke_result):
     assert budget[METHOD]["steps"] == CLAIM.configs["smoke"]["steps"]
     best = info["best_single_view"]
     assert a["metrics"]["avg8"]["best_single_view"] == a["metrics"]["avg8"][best]
+    assert info["n_distill"] == CLAIM.configs["smoke"]["n_distill"] and info["sft_cache_entry"]
+    assert [c[0] for c in info["sft"]["val_checks"]] == [5, 10]  # checks every 5 steps from step 5 (smoke)
+
+
+def test_sft_examples_one_student_and_one_teacher_copy_per_view():
+    tok = tokenizer()
+    train = problems(30, 4, seed=1)["train"]
+    ex = _sft_examples(tok, train)
+    assert len(ex) == (1 + len(VIEWS)) * len(train)
+    for i, prob in enumerate(train):
+        rows = ex[i * (1 + len(VIEWS)) : (i + 1) * (1 + len(VIEWS))]
+        views = build_views(prob, VIEWS)
+        prompts = [prob["prompt"]] + [
+            TEMPLATE.format(privileged_context=v, prompt=prob["prompt"]) for v in views
+        ]
+        for row, prompt in zip(rows, prompts):
+            ids, mask = row["input_ids"], row["loss_mask"]
+            assert len(ids) == len(mask)
+            n_prompt = len(tok(prompt)["input_ids"])
+            assert mask == [0] * n_prompt + [1] * (len(ids) - n_prompt)  # loss on the completion only
+            assert tok.decode(ids[n_prompt:-1]) == prob["solution"] and ids[-1] == tok.eos_token_id
+            assert tok.decode(ids[:n_prompt], skip_special_tokens=True) == prompt
+
+
+def test_sft_stop_rule_needs_both_thresholds():
+    cfg = {"sft_stop_acc": 0.25, "sft_teacher_acc": 0.6}
+    assert sft_stop(0.25, 0.6, cfg) and sft_stop(0.4, 0.9, cfg)
+    assert not sft_stop(0.24, 0.99, cfg)  # student below the regime
+    assert not sft_stop(0.3, 0.59, cfg)  # the view does not help the teacher enough yet
+    assert not sft_stop(0.3, float("nan"), cfg)  # teacher not measured
+
+
+def test_distill_prompts_seeded_subset():
+    train = problems(300, 4, seed=1)["train"]
+    a, b = distill_prompts(train, 50, 0), distill_prompts(train, 50, 1)
+    assert a == distill_prompts(train, 50, 0) and a != b
+    keys = {p["prompt"] for p in train}
+    assert len({p["prompt"] for p in a}) == 50 and {p["prompt"] for p in a} <= keys
+    for bad in (0, 301):
+        with pytest.raises(ValueError, match="distillation prompts"):
+            distill_prompts(train, bad, 0)
+
+
+def test_every_profile_shares_one_sft_seed():
+    # the SFT model and the task draw come from sft_seed, never from the run seed
+    assert {cfg["sft_seed"] for name, cfg in CLAIM.configs.items() if name != "smoke"} == {1}
+    assert len(CLAIM.seeds["full"]) == 5
