@@ -264,3 +264,41 @@ def test_joint_value_optimisation_equals_per_request(model):
         Vi, Ri = compute_target_values(site, [r], pre, **kw)
         assert torch.allclose(R[:, i], Ri[:, 0], atol=1e-5)
         assert torch.allclose(V[:, i], Vi[:, 0], atol=1e-5)
+
+
+def test_keys_of_stops_at_site_and_equals_full_pass(model):
+    """The truncated pass records the same keys as a full forward pass, and never runs later layers."""
+    site = EditSite(model, 0)
+    ids = torch.tensor([[1, 5, 6, 7, 8], [1, 9, 10, 0, 0]])
+    mask = (ids != 0).long()
+    mask[:, 0] = 1
+    with torch.no_grad(), site.record_inputs() as store:
+        model(input_ids=ids, attention_mask=mask)
+    later = []
+    handle = model.model.layers[1].register_forward_pre_hook(lambda _m, a: later.append(1))
+    try:
+        with torch.no_grad():
+            keys = site.keys_of(input_ids=ids, attention_mask=mask)
+    finally:
+        handle.remove()
+    assert torch.equal(keys, store[0]) and later == []
+    # the keys of compute_keys are the full pass's keys at the last subject token
+    reqs = _requests()
+    k = compute_keys(site, reqs)
+    for i, r in enumerate(reqs):
+        with torch.no_grad(), site.record_inputs() as st_:
+            model(input_ids=torch.tensor([r.prompt_ids]))
+        assert torch.equal(k[:, i], st_[0][0, r.subject_last].double())
+
+
+def test_logits_at_equals_full_logits(model):
+    from neurips26.editing.editors.site import _logits_at
+
+    ids = torch.tensor([[1, 5, 6, 7, 8], [1, 9, 10, 11, 12]])
+    pos = torch.tensor([[1, 3, 3], [4, 0, 2]])
+    with torch.no_grad():
+        full = model(input_ids=ids).logits
+        got = _logits_at(model, pos, input_ids=ids)
+        last = _logits_at(model, torch.tensor([4, 2]), input_ids=ids)
+    assert torch.equal(got, full[torch.arange(2)[:, None], pos])
+    assert torch.equal(last, full[torch.arange(2), torch.tensor([4, 2])])

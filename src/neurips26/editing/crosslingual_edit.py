@@ -365,10 +365,9 @@ def contrastive_align(
     def keys_of(reqs):
         ids, mask = _batch([r.prompt_ids for r in reqs])
         pos = torch.tensor([r.subject_last for r in reqs], device=device)
-        with site.record_inputs() as store:
-            model(input_ids=ids.to(device), attention_mask=mask.to(device))
+        keys = site.keys_of(input_ids=ids.to(device), attention_mask=mask.to(device))
         return torch.nn.functional.normalize(
-            store[0][torch.arange(len(reqs), device=device), pos].float(), dim=-1
+            keys[torch.arange(len(reqs), device=device), pos].float(), dim=-1
         )
 
     was_training = model.training

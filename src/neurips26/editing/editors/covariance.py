@@ -27,16 +27,14 @@ def estimate_key_moment(site: EditSite, batches: Iterable[dict], max_tokens: int
     total = torch.zeros(site.d_k, site.d_k, dtype=torch.float64)
     count = 0
     device = _device(site.model)
-    with torch.no_grad(), site.record_inputs() as store:
+    with torch.no_grad():
         for batch in batches:
             if count >= max_tokens:
                 break
             ids = batch["input_ids"].to(device)
             mask = batch.get("attention_mask")
             mask = torch.ones_like(ids) if mask is None else mask.to(device)
-            store.clear()
-            site.model(input_ids=ids, attention_mask=mask)
-            keys = store[0][mask.bool()].double().cpu()
+            keys = site.keys_of(input_ids=ids, attention_mask=mask)[mask.bool()].double().cpu()
             keys = keys[: max_tokens - count]
             total += keys.T @ keys
             count += keys.shape[0]

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import torch
 
 from neurips26.editing.editors.requests import TokenizedRequest, _batch, tokenize_request
-from neurips26.editing.editors.site import _device
+from neurips26.editing.editors.site import _device, _logits_at
 
 
 def top1_next_tokens(
@@ -20,9 +20,10 @@ def top1_next_tokens(
         for i in range(0, len(prompts), batch_size):
             chunk = [list(p) for p in prompts[i : i + batch_size]]
             ids, mask = _batch(chunk)
-            logits = model(input_ids=ids.to(_device(model)), attention_mask=mask.to(_device(model))).logits
-            last = mask.sum(1) - 1
-            out.append(logits[torch.arange(len(chunk)), last.to(logits.device)].argmax(-1).cpu())
+            last = (mask.sum(1) - 1).to(_device(model))
+            dev = _device(model)
+            logits = _logits_at(model, last, input_ids=ids.to(dev), attention_mask=mask.to(dev))
+            out.append(logits.argmax(-1).cpu())
     return torch.cat(out) if out else torch.zeros(0, dtype=torch.long)
 
 
@@ -45,15 +46,16 @@ def edit_metrics(
     def seq_scores(rows_tgt):
         rows = [p + t[:-1] for p, t in rows_tgt]
         ids, mask = _batch(rows)
+        width = max(len(t) for _, t in rows_tgt)
+        # the positions that predict each target token (padded with the row's last one)
+        where = torch.tensor([[len(p) - 1 + min(j, len(t) - 1) for j in range(width)] for p, t in rows_tgt])
+        dev = _device(model)
         with torch.no_grad():
-            logits = model(input_ids=ids.to(_device(model)), attention_mask=mask.to(_device(model))).logits
+            logits = _logits_at(model, where.to(dev), input_ids=ids.to(dev), attention_mask=mask.to(dev))
         accs, lps = [], []
-        for i, (p, t) in enumerate(rows_tgt):
-            pos = torch.arange(len(p) - 1, len(p) - 1 + len(t))
+        for i, (_p, t) in enumerate(rows_tgt):
             tt = torch.tensor(t)
-            logp = torch.log_softmax(
-                logits[i, pos.to(logits.device)].float(), -1
-            ).cpu()  # only the needed rows
+            logp = torch.log_softmax(logits[i, : len(t)].float(), -1).cpu()  # only the needed rows
             accs.append((logp.argmax(-1) == tt).double().mean())
             lps.append(logp[torch.arange(len(t)), tt].double().sum())
         return torch.stack(accs), torch.stack(lps)

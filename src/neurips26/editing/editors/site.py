@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 from collections.abc import Iterator, Sequence
 
 import torch
@@ -90,6 +91,30 @@ class EditSite:
         finally:
             handle.remove()
 
+    def keys_of(self, **inputs) -> torch.Tensor:
+        """The site's input (B, L, d_k) for one forward pass of ``model(**inputs)``, stopped at the site.
+
+        The layers after the site and the output head are never run (on Gemma-3-270M the 262k-token
+        head alone costs more than all its blocks), and the recorded keys are the same tensor a full
+        forward pass would record: nothing before the site depends on what comes after it.
+        """
+        store: list[torch.Tensor] = []
+
+        def hook(_m, args):
+            store.append(args[0])
+            raise _StopAtSite
+
+        handle = self.module.register_forward_pre_hook(hook)
+        try:
+            self.model(**inputs)
+        except _StopAtSite:
+            pass
+        finally:
+            handle.remove()
+        if not store:
+            raise RuntimeError(f"the forward pass never reached the edit site {self.path!r}")
+        return store[0]
+
     @contextlib.contextmanager
     def add_to_output(self, delta: torch.Tensor, positions: torch.Tensor) -> Iterator[None]:
         """Add ``delta`` (d_v,) or (B, d_v) to the module output at ``positions`` (B,) of each row."""
@@ -106,6 +131,29 @@ class EditSite:
             yield
         finally:
             handle.remove()
+
+
+class _StopAtSite(Exception):
+    """Raised by :meth:`EditSite.keys_of`'s hook to end a forward pass once the keys are recorded."""
+
+
+def _logits_at(model: torch.nn.Module, positions: torch.Tensor, **inputs) -> torch.Tensor:
+    """Logits ``[b, positions[b, j]]`` (B, J, V) of ``model(**inputs)``, the head run only where needed.
+
+    Models whose ``forward`` takes ``logits_to_keep`` (transformers causal LMs) get the sorted
+    distinct positions, so the output head (262k rows on Gemma-3) runs on a few positions instead of
+    all; the head is applied row by row, so the kept logits equal the full pass's. Other models run in full.
+    """
+    positions = positions.long()
+    if "logits_to_keep" in inspect.signature(model.forward).parameters:
+        keep, inverse = torch.unique(positions, sorted=True, return_inverse=True)
+        logits = model(**inputs, logits_to_keep=keep).logits
+        cols = inverse
+    else:
+        logits = model(**inputs).logits
+        cols = positions
+    rows = torch.arange(positions.shape[0], device=logits.device).view(-1, *([1] * (positions.dim() - 1)))
+    return logits[rows, cols.to(logits.device)]
 
 
 def _device(model: torch.nn.Module) -> torch.device:
@@ -141,9 +189,9 @@ def compute_keys(
             pos.append(len(p) + r.subject_last)
     ids, mask = _batch(rows)
     device = _device(site.model)
-    with torch.no_grad(), site.record_inputs() as store:
-        site.model(input_ids=ids.to(device), attention_mask=mask.to(device))
-    keys = store[0][torch.arange(len(rows)), torch.tensor(pos)].double().cpu()
+    with torch.no_grad():
+        keys = site.keys_of(input_ids=ids.to(device), attention_mask=mask.to(device))
+    keys = keys[torch.arange(len(rows)), torch.tensor(pos)].double().cpu()
     return keys.view(len(requests), len(pre), -1).mean(1).T.contiguous()
 
 
@@ -220,26 +268,23 @@ def compute_target_values(
             out = site.module(store[0][row_idx, sub_pos_t]).double()
             v = out.view(n, P, -1).mean(1)  # (n, d_v)
             ref = torch.log_softmax(
-                model(input_ids=ess_ids, attention_mask=ess_mask)
-                .logits[torch.arange(n, device=device), ess_pos]
-                .float(),
-                -1,
+                _logits_at(model, ess_pos, input_ids=ess_ids, attention_mask=ess_mask).float(), -1
             )
         v_norm2 = v.pow(2).sum(1).clamp_min(1e-12).float()  # (n,)
         delta = torch.zeros(n, site.d_v, dtype=torch.float32, device=device, requires_grad=True)
         opt = torch.optim.Adam([delta], lr=lr)
         for _ in range(steps):
             with site.add_to_output(delta[owner_t], sub_pos_t):
-                logits = model(input_ids=ids, attention_mask=mask).logits
-            logp = torch.log_softmax(logits[row_idx[:, None], tpos].float(), -1)  # (rows, width, V)
+                logits = _logits_at(model, tpos, input_ids=ids, attention_mask=mask)
+            logp = torch.log_softmax(logits.float(), -1)  # (rows, width, V)
             tok = logp.gather(-1, tids[..., None])[..., 0]  # (rows, width)
             nll_row = -(tok * tmask).sum(1) / tmask.sum(1)
             nll = torch.zeros(n, device=device).index_add(0, owner_t, nll_row) / P
             loss = nll + weight_decay * delta.pow(2).sum(1) / v_norm2
             if kl_factor > 0:
                 with site.add_to_output(delta, ess_pos):
-                    ess_logits = model(input_ids=ess_ids, attention_mask=ess_mask).logits
-                ess_logp = torch.log_softmax(ess_logits[torch.arange(n, device=device), ess_pos].float(), -1)
+                    ess_logits = _logits_at(model, ess_pos, input_ids=ess_ids, attention_mask=ess_mask)
+                ess_logp = torch.log_softmax(ess_logits.float(), -1)
                 kl = torch.sum(ref.exp() * (ref - ess_logp), -1)
                 loss = loss + kl_factor * kl
             opt.zero_grad()
