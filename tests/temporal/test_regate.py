@@ -355,3 +355,96 @@ def test_unbounded_ablation_can_exceed_rho_and_priors_switch():
     _, attn = flat(torch.zeros(5, 8), tb)
     row = attn[0][tb.mask[0]]
     assert torch.allclose(row, torch.full_like(row, 1 / row.numel()))  # no priors: uniform on equal content
+
+
+def _visible_reference(store, v, t, k_max, tau_s):
+    """Straightforward visibility: every attached token, filtered, scored c * w, sorted, cut to k_max."""
+    group = int(store.group_of[v])
+    rows = []
+    for i, tok in enumerate(store.tokens):
+        if v not in tok.entity_ids and group not in tok.group_ids:
+            continue
+        if not TokenStore.is_visible(tok, t):
+            continue
+        w = math.exp(-(t - max(tok.publish_time, tok.effective_time)) / tau_s)
+        if tok.confidence * w >= 1e-3:
+            rows.append((-tok.confidence * w, i, w))
+    return sorted(rows)[:k_max]
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(0, 50), st.integers(-20, 60), st.floats(0.0, 1.0), st.integers(0, 1), st.booleans()
+        ),
+        min_size=1,
+        max_size=12,
+    ),
+    st.lists(st.tuples(st.integers(0, 3), st.integers(0, 80)), min_size=1, max_size=6),
+    st.integers(1, 5),
+)
+def test_visible_batch_matches_per_token_reference(specs, queries, k_max):
+    toks = [
+        PolicyToken(
+            f"d{i % 3}", (1,) if ent else (), (g,), "sanction", 1, float(p), float(p + de), c, (0, 1), "x"
+        )
+        for i, (p, de, c, g, ent) in enumerate(specs)
+    ]
+    emb = {"d0": torch.ones(4), "d2": torch.arange(4.0)}  # d1 has no embedding: zeros
+    store = TokenStore(torch.tensor([0, 0, 1, 1]), doc_embeddings=emb)
+    store.add(toks)
+    nodes = torch.tensor([q[0] for q in queries])
+    times = torch.tensor([q[1] for q in queries])
+    tb = store.visible(nodes, times, k_max=k_max, tau_s=7.0)
+    for b, (v, t) in enumerate(queries):
+        ref = _visible_reference(store, v, t, k_max, 7.0)
+        got = tb.index[b][tb.index[b] >= 0].tolist()
+        assert got == [i for _, i, _ in ref]
+        for j, (_, i, w) in enumerate(ref):
+            tok = toks[i]
+            assert tb.stale[b, j] == torch.tensor(w, dtype=torch.float32)
+            assert tb.age[b, j] == torch.tensor(t - tok.publish_time, dtype=torch.float32)
+            assert bool(tb.mask[b, j]) == (tok.confidence * w > 0)
+            assert torch.equal(tb.text[b, j], emb.get(tok.doc_id, torch.zeros(4)))
+        assert not tb.mask[b, len(ref) :].any() and (tb.index[b, len(ref) :] == -1).all()
+
+
+def test_visible_cache_follows_added_tokens():
+    store = _store([_tok(p=1.0, doc="a")])
+    assert store.visible(torch.tensor([0]), torch.tensor([5]), k_max=4, tau_s=10.0).mask.sum() == 1
+    store.add([_tok(p=2.0, doc="b")])
+    assert store.visible(torch.tensor([0]), torch.tensor([5]), k_max=4, tau_s=10.0).mask.sum() == 2
+
+
+def test_noisy_extractor_corrupts_reproducibly_and_stays_valid():
+    from neurips26.temporal.regate import NoisyExtractor
+
+    world = transaction_world(60, 300, 8, seed=1)
+    base = RuleBasedExtractor(default_schema(), world.entity_index, world.group_index)
+    clean = [t for d in world.documents for t in base.extract(d)]
+    off = NoisyExtractor(base, 8, noise=0.0, conf_jitter=0.0)
+    assert [
+        (t.group_ids, t.policy_type, t.direction, t.confidence)
+        for t in (x for d in world.documents for x in off.extract(d))
+    ] == [(t.group_ids, t.policy_type, t.direction, t.confidence) for t in clean]
+    a = NoisyExtractor(base, 8, noise=1.0, conf_jitter=0.3, seed=3)
+    b = NoisyExtractor(base, 8, noise=1.0, conf_jitter=0.3, seed=3)
+    ta = [t for d in world.documents for t in a.extract(d)]
+    tb = [t for d in reversed(world.documents) for t in b.extract(d)]  # order does not matter
+    key = lambda t: (t.doc_id, t.evidence, t.group_ids, t.policy_type, t.direction, t.confidence)  # noqa: E731
+    assert sorted(map(key, ta)) == sorted(map(key, tb))
+    assert a.corrupted == len(clean)
+    for t in ta:
+        default_schema().validate(t)
+        assert t.entity_ids == () and len(t.group_ids) == 1 and 0.0 <= t.confidence <= 1.0
+    with pytest.raises(ValueError, match="noise"):
+        NoisyExtractor(base, 8, noise=1.5)
+
+
+def test_retrieval_adapter_update_works_inside_no_grad():
+    docs = [Document("a", 0.0, "x", "alpha beta"), Document("b", 0.0, "y", "gamma delta")]
+    ad = RetrievalAdapter(num_buckets=64, lr=20.0)
+    with torch.no_grad():
+        loss = ad.update(docs, {"b": 1.0})
+    assert loss > 0 and ad.rank(docs)[0][0] == "b"

@@ -6,14 +6,19 @@ shifts: at each, a fraction of one exchange group's accounts turn illicit with l
 the old fan-out pattern fades, and an enforcement document naming that group is published shortly before.
 Documents (with distractors, a hedged rumour, a late retroactive report and an unknown alias) are embedded
 by the real all-MiniLM-L6-v2 and turned into policy tokens by the rule-based extractor. The first shift
-falls in the training window (60% of events), the second inside the test window (last 25%), so post-shift
-test metrics measure whether a model uses a *new* document it has never seen. Task: risk that an event's
+falls in the training window (first 55% of events), the second (at 75%) inside the test window (last 30%),
+so post-shift test metrics measure whether a model uses a *new* document it has never seen. Task: risk that an event's
 sender is illicit, scored before the event is observed. Every arm has the same backbone width, epochs,
 batch, learning rate and class weighting; temperature scaling is fitted on the pre-shift validation window.
+Calibration is judged by ECE (15 equal-width bins) over 8 seeds in the full profile; Brier and NLL (no
+binning) are reported beside it. A retrieval-budget run distils the trained REGATE's routing attention into
+a document scorer and extracts only 20% of the test window's documents (learned choice vs random).
 """
 
 from __future__ import annotations
 
+import copy
+import itertools
 import time
 from pathlib import Path
 
@@ -22,17 +27,20 @@ import torch
 from sklearn.metrics import average_precision_score, roc_auc_score
 from torch import nn
 
-from neurips26.claims.base import AtLeast, AtMost, Better, Claim, Headline, SeedResult
+from neurips26.claims.base import AtLeast, AtMost, Better, Claim, Exact, Headline, SeedResult
 from neurips26.claims.plotting import pyplot, save_figure
-from neurips26.common.temporal import TGNLinkPredictor
+from neurips26.common.temporal import TGNLinkPredictor, temporal_loader
 from neurips26.temporal.regate import (
     REGATE,
     BoundedPolicyGate,
     GraphMixerLite,
     NaiveTextInjection,
+    NoisyExtractor,
     PolicyToken,
+    RetrievalAdapter,
     RuleBasedExtractor,
     TokenStore,
+    attention_mass,
     default_schema,
     embed_documents,
     expected_calibration_error,
@@ -46,7 +54,8 @@ from neurips26.temporal.regate import (
 METHOD = "regate"
 BASELINES = ("backbone", "naive_causal", "tgn_backbone")
 ABLATIONS = ("no_priors", "unbounded_gate")
-REFERENCES = ("naive_leaky", "timestamps_only", "tgn_regate", *ABLATIONS)
+NOISY = "regate_noisy"  # REGATE trained and scored on tokens from a noisy extractor (full profile)
+REFERENCES = ("naive_leaky", "timestamps_only", "tgn_regate", NOISY, "learned", "random", "all_documents")
 ARMS = (METHOD, *BASELINES, "naive_leaky", "timestamps_only", "tgn_regate")  # run in every profile
 TEXT_DIM = 384
 
@@ -146,6 +155,7 @@ def _metrics(logits: torch.Tensor, y: torch.Tensor, temp: float) -> dict:
         "auc": float(roc_auc_score(yy, p.numpy())),
         "ece": expected_calibration_error(p, y, 15),
         "brier": float(((p - y) ** 2).mean()),
+        "nll": float(torch.nn.functional.binary_cross_entropy_with_logits(logits / temp, y)),
     }
 
 
@@ -155,7 +165,9 @@ def run(config: dict, seed: int) -> SeedResult:
 
 
 def _run_inner(cfg: dict, seed: int) -> SeedResult:
-    world = transaction_world(cfg["num_accounts"], cfg["num_events"], cfg["num_groups"], seed=seed)
+    world = transaction_world(
+        cfg["num_accounts"], cfg["num_events"], cfg["num_groups"], shifts=tuple(cfg["shifts"]), seed=seed
+    )
     data, labels, group_of = world.data, world.labels, world.group_of
     n, E = cfg["num_accounts"], data.num_events
     schema = default_schema()
@@ -180,14 +192,22 @@ def _run_inner(cfg: dict, seed: int) -> SeedResult:
         "embed_seconds": embed_s,
     }
     stores = {"timestamps_only": _shuffled_store(store, group_of, seed)}
+    if NOISY in cfg["arms"]:
+        noisy = NoisyExtractor(ex, cfg["num_groups"], cfg["noise"], cfg["noise"], seed=seed + 5)
+        noisy_tokens = [t for d in world.documents for t in noisy.extract(d)]
+        stores[NOISY] = TokenStore(group_of, doc_embeddings=emb)
+        stores[NOISY].add(noisy_tokens)
+        extraction["noisy_corrupted_tokens"] = noisy.corrupted
     stated = stated_effective_dates(world.documents)  # the leaky arm aligns by these, unclamped
-    ntr, nva = int(0.6 * E), int(0.75 * E)
+    ntr, nva = int(cfg["split"][0] * E), int(cfg["split"][1] * E)
     parts = (data[:ntr], data[ntr:nva], data[nva:])
     ys = (labels[:ntr], labels[ntr:nva], labels[nva:])
     test = parts[2]
     post = test.t >= world.shift_times[-1]
     if post.all() or (~post).all() or ys[2][post].sum() == 0:
         raise RuntimeError("the test window must contain both sides of the last shift and positives after it")
+    if int(parts[1].t[-1]) >= world.shift_times[-1]:
+        raise RuntimeError("the validation window (temperature fit) must end before the last shift")
     horizon = float(data.t[-1])
     tau_s = horizon * cfg["tau_frac"]
     pos_weight = float((1 - ys[0].mean()) / ys[0].mean().clamp(min=1e-6))
@@ -195,9 +215,19 @@ def _run_inner(cfg: dict, seed: int) -> SeedResult:
     edited = _future_edited_store(store, group_of, cut, cfg["num_groups"], seed + 7)
     pre_cut = test.t < cut
     metrics: dict[str, dict[str, float]] = {
-        k: {} for k in ("ap_post", "auc_post", "ece_post", "brier_post", "ap_pre", "causality_violation")
+        k: {}
+        for k in (
+            "ap_post",
+            "auc_post",
+            "ece_post",
+            "brier_post",
+            "nll_post",
+            "ap_pre",
+            "causality_violation",
+            "leak_detected",
+        )
     }
-    budget, perf, per_arm = {}, {}, {}
+    budget, perf, per_arm, models = {}, {}, {}, {}
     for arm in cfg["arms"]:
         torch.manual_seed(seed * 1000 + 11)
         model = _make(arm, cfg, n, data.msg.size(1), tau_s, stated)
@@ -218,12 +248,14 @@ def _run_inner(cfg: dict, seed: int) -> SeedResult:
         temp = fit_temperature(s_val, ys[1])
         m_post = _metrics(s_test[post], ys[2][post], temp)
         m_pre = _metrics(s_val, ys[1], temp)
-        for k in ("ap", "auc", "ece", "brier"):
+        for k in ("ap", "auc", "ece", "brier", "nll"):
             metrics[f"{k}_post"][arm] = m_post[k]
         metrics["ap_pre"][arm] = m_pre["ap"]
         if arm in (METHOD, "naive_causal", "naive_leaky", "tgn_regate"):
             _, _, s_edit = stream_risk_scores(model, parts, edited, cfg["batch_size"])
-            metrics["causality_violation"][arm] = float((s_edit[pre_cut] - raw_test[pre_cut]).abs().max())
+            viol = float((s_edit[pre_cut] - raw_test[pre_cut]).abs().max())
+            metrics["causality_violation"][arm] = viol
+            metrics["leak_detected"][arm] = float(viol > 1e-6)
         budget[arm] = {
             "epochs": cfg["epochs"],
             "batch_size": cfg["batch_size"],
@@ -237,11 +269,13 @@ def _run_inner(cfg: dict, seed: int) -> SeedResult:
             "inference_events_per_s": E / max(infer_s, 1e-9),
         }
         per_arm[arm] = {"post": m_post, "pre_val": m_pre, "temperature": temp, "train_loss": losses}
+        if arm == METHOD:
+            models[arm], per_arm[arm]["raw_test"] = model, raw_test
     metrics["ap_drop"] = {"backbone": metrics["ap_pre"]["backbone"] - metrics["ap_post"]["backbone"]}
     info = {
         "budget": budget,
         "performance": perf,
-        "per_arm": per_arm,
+        "per_arm": {a: {k: v for k, v in r.items() if k != "raw_test"} for a, r in per_arm.items()},
         "extraction": extraction,
         "shift_times": list(world.shift_times),
         "target_groups": list(world.target_groups),
@@ -252,7 +286,98 @@ def _run_inner(cfg: dict, seed: int) -> SeedResult:
         "note": "causality_violation = max |logit change| on test events before the last shift when every document "
         "published at or after it is edited (random groups/types/directions/effective dates/embeddings)",
     }
+    if cfg.get("retrieval_budget"):
+        t_start = time.perf_counter()
+        rec = _retrieval_budget(
+            models[METHOD],
+            parts,
+            post,
+            ys[2],
+            world,
+            tokens,
+            emb,
+            store,
+            cfg,
+            seed,
+            per_arm[METHOD]["raw_test"],
+        )
+        rec["seconds"] = time.perf_counter() - t_start
+        metrics["ap_post_budget"] = {k: rec.pop(f"ap_{k}") for k in ("learned", "random", "all_documents")}
+        info["retrieval"] = rec
     return SeedResult(metrics=metrics, info=info)
+
+
+def _retrieval_budget(model, parts, post, y_test, world, tokens, emb, store, cfg, seed, raw_test) -> dict:
+    """Closed-loop retrieval under a document budget (spec step 7), scored with the trained REGATE.
+
+    Distillation: the train and validation events are scored window by window (``retrieval_window``
+    events) with every document published so far extracted; after each window the adapter takes one KL
+    step towards the routing-attention mass each document's tokens received in it. Budget: of the
+    documents published during the test window only ``max(1, round(budget * n))`` are extracted, chosen
+    by the adapter (top ``k - k_explore`` plus ``k_explore = round(0.1 k)`` random ones) or uniformly at
+    random (every subset when there are at most 6, else 6 seeded draws, averaged). Documents published
+    before the test window are all extracted in both arms; the model is the same trained REGATE.
+    """
+    test_start = float(parts[2].t[0])
+    aliases = tuple(world.group_index)
+    adapter = RetrievalAdapter(num_buckets=cfg["retrieval_buckets"], lr=cfg["retrieval_lr"], aliases=aliases)
+    model.eval()
+    model.reset_state()
+    mass: dict[str, float] = {}
+    seen, losses = 0, []
+    with torch.no_grad():
+        for part in parts[:2]:
+            for b in temporal_loader(part, cfg["batch_size"]):
+                model(b.src, b.t, store)
+                for d, m in attention_mass(store, model.last_token_index, model.last_attention).items():
+                    mass[d] = mass.get(d, 0.0) + m
+                model.observe(b.src, b.dst, b.t, b.msg)
+                seen += b.num_events
+                if seen >= cfg["retrieval_window"]:
+                    now = float(b.t[-1])
+                    docs = [d for d in world.documents if d.publish_time < now]
+                    if docs and mass:
+                        losses.append(adapter.update(docs, mass))
+                    mass, seen = {}, 0
+    snapshot = copy.deepcopy(model)  # the state after every train and validation event
+    before = {d.doc_id for d in world.documents if d.publish_time < test_start}
+    cands = [d for d in world.documents if d.publish_time >= test_start]
+    k = max(1, round(cfg["retrieval_budget"] * len(cands)))
+
+    def post_ap(selected) -> tuple[float, torch.Tensor]:
+        keep = before | set(selected)
+        sel_store = TokenStore(world.group_of, doc_embeddings=emb)
+        sel_store.add([t for t in tokens if t.doc_id in keep])
+        m = copy.deepcopy(snapshot)
+        scores = []
+        with torch.no_grad():
+            for b in temporal_loader(parts[2], cfg["batch_size"]):
+                scores.append(m(b.src, b.t, sel_store))
+                m.observe(b.src, b.dst, b.t, b.msg)
+        s = torch.cat(scores)
+        return float(average_precision_score(y_test[post].numpy(), s[post].numpy())), s
+
+    learned = adapter.select(cands, k, explore=0.1, seed=seed)
+    ap_learned, _ = post_ap(learned)
+    subsets = list(itertools.combinations([d.doc_id for d in cands], k))
+    if len(subsets) > 6:
+        rng = np.random.default_rng(seed + 13)
+        subsets = [tuple(rng.permutation([d.doc_id for d in cands])[:k]) for _ in range(6)]
+    ap_random = [post_ap(sub)[0] for sub in subsets]
+    ap_all, s_all = post_ap([d.doc_id for d in cands])
+    return {
+        "ap_learned": ap_learned,
+        "ap_random": float(np.mean(ap_random)),
+        "ap_all_documents": ap_all,
+        "random_subsets": [list(x) for x in subsets],
+        "random_aps": ap_random,
+        "learned_selection": learned,
+        "candidates": [d.doc_id for d in cands],
+        "budget_documents": k,
+        "ranking": adapter.rank(cands),
+        "kl_losses": losses,
+        "all_documents_equals_stream_scores": bool(torch.equal(s_all, raw_test)),
+    }
 
 
 def plot(result: dict, folder: Path) -> list[Path]:
@@ -276,6 +401,13 @@ _COMMON = {
     "tau_frac": 0.25,
     "batch_size": 100,
     "lr": 5e-3,
+    "shifts": (0.3, 0.75),
+    "split": (0.55, 0.7),  # train | validation (temperature fit, before the last shift) | test
+    "noise": 0.3,
+    "retrieval_budget": 0.2,
+    "retrieval_window": 1000,
+    "retrieval_buckets": 4096,
+    "retrieval_lr": 1.0,
     "threads": 1,
 }
 
@@ -305,8 +437,9 @@ CLAIM = Claim(
         ),
         Better("ap_post", baseline="timestamps_only", margin=0.0, label="content_not_timestamps"),
         AtMost("causality_violation", threshold=0.0, kind="design", label="regate_time_causal"),
-        AtLeast(
-            "causality_violation", arm="naive_leaky", threshold=1e-6, kind="design", label="leaky_arm_flagged"
+        Exact("leak_detected", arm="naive_leaky", expected=1.0, label="leaky_arm_flagged"),
+        Better(
+            "ap_post_budget", arm="learned", baseline="random", margin=0.0, label="retrieval_beats_random"
         ),
     ),
     headlines=(
@@ -327,6 +460,11 @@ CLAIM = Claim(
             criteria=("regate_time_causal", "leaky_arm_flagged"),
         ),
         Headline(
+            "a closed-loop retrieval module distils the model's token-routing attention into a document scorer, "
+            "so the system learns which documents to extract next without relevance labels",
+            criteria=("retrieval_beats_random",),
+        ),
+        Headline(
             "cross-domain pilots (credit, equity networks) show consistent gains",
             untested="no credit or equity network data offline; only the synthetic template world",
         ),
@@ -344,18 +482,19 @@ CLAIM = Claim(
             "num_events": 1500,
             "epochs": 1,
             "hidden": 16,
+            "retrieval_window": 300,
             "arms": list(ARMS),
         },
-        "quick": {**_COMMON, "num_accounts": 500, "num_events": 6000, "epochs": 3, "arms": list(ARMS)},
+        "quick": {**_COMMON, "num_accounts": 500, "num_events": 5000, "epochs": 3, "arms": list(ARMS)},
         "full": {
             **_COMMON,
-            "num_accounts": 2000,
-            "num_events": 30000,
-            "epochs": 5,
-            "arms": [*ARMS, *ABLATIONS],
+            "num_accounts": 1250,
+            "num_events": 15000,
+            "epochs": 4,
+            "arms": [*ARMS, NOISY],
         },
     },
-    seeds={"smoke": (0,), "quick": (0, 1, 2), "full": (0, 1, 2)},
+    seeds={"smoke": (0,), "quick": (0, 1), "full": (0, 1, 2, 3, 4, 5, 6, 7)},
     implemented=(
         "neurips26.temporal.regate: PolicyToken/Document/PolicySchema, RuleBasedExtractor (regex per policy type, "
         "alias matching with evidence spans, hedging -> confidence 0.4, retroactive effective dates clamped to "
@@ -373,19 +512,30 @@ CLAIM = Claim(
         "unbounded_gate (g * m instead of rho g tanh(m)) as reference arms without criteria."
     ),
     differences=(
-        "Synthetic template world instead of Elliptic; two backbones (GraphMixer-lite, TGN) instead of six; the "
-        "closed-loop RetrievalAdapter is implemented and unit-tested but no retrieval-budget run is part of this "
-        "check; the extractor quality-cost, extractor-noise and distractor-ratio sweeps are not run; the gate's "
-        "token embedding adds the document's MiniLM embedding (the issue asks for MiniLM-embedded documents; the "
-        "spec's default leaves raw text out); the backbone scores the sender from its own past events only; "
-        "quick uses 6,000 events, 4 epochs (spec 2) and 2 seeds (spec 1; 3 do not fit 60 s), full 30,000 events with 2,000 accounts (spec 40,000) and 5 epochs."
+        "Synthetic template world instead of Elliptic; two backbones (GraphMixer-lite, TGN) instead of six. "
+        "Calibration design (declared before the run, after a 3-seed run whose ECE verdict flipped between seeds "
+        "0-2 and 3-5): the full profile uses 8 seeds on a smaller world (1,250 accounts, 15,000 events, 4 epochs; "
+        "before: 3 seeds, 2,000 accounts, 30,000 events, 5 epochs) and a longer post-shift window (last shift at "
+        "75% of the events, split 55/15/30, so 25% of the events are post-shift; before 80% and 60/15/25); ECE "
+        "keeps the standard 15 equal-width bins and decides the calibration headline; Brier and NLL are reported "
+        "without a criterion. The no_priors/unbounded_gate ablations are no longer run in the full profile (they "
+        "exist as gate flags and are unit-tested); regate_noisy (one extractor-noise level, 0.3: a corrupted "
+        "token gets a random group, type and direction, every confidence is jittered by U(-0.3, 0.3)) is a "
+        "reference arm, not a sweep; the distractor-ratio sweep and the extractor quality-cost comparison are not "
+        "run. Retrieval: a 20% budget applies only to the documents published in the test window (documents "
+        "before it are all extracted), with the trained REGATE fixed; the scorer is distilled by one KL step per "
+        "1,000 events of the train and validation windows; random selection is averaged over every subset (at "
+        "most 6, else 6 draws). The gate's token embedding adds the document's MiniLM embedding (the issue asks "
+        "for MiniLM-embedded documents; the spec's default leaves raw text out); the backbone scores the sender "
+        "from its own past events only; quick uses 5,000 events, 3 epochs (spec 2) and 2 seeds (spec 1)."
     ),
     data=(
         "neurips26.temporal.regate.transaction_world: 8 exchange groups, 70% in-group transfers, 5% illicit "
-        "accounts with fan-out bursts of large transfers; shifts at 30% and 80% of the events, each turning 30% "
+        "accounts with fan-out bursts of large transfers; shifts at 30% and 75% of the events, each turning 30% "
         "of one group's accounts illicit with licit-looking behaviour while the old pattern fades to 40%; one "
         "enforcement document per shift published 2% of the horizon earlier, 10 distractors, a hedged rumour, a "
-        "retroactive report published at 90% of the horizon, an unknown alias. Split 60/15/25 by event order."
+        "retroactive report published at 90% of the horizon, an unknown alias. Split 55/15/30 by event order "
+        "(the validation window, used for temperature scaling, ends before the last shift)."
     ),
     plot=plot,
     glossary={
@@ -394,10 +544,17 @@ CLAIM = Claim(
         "ece_post": "expected calibration error (15 equal-width bins of the positive-class probability) after "
         "the class-weight prior correction (logit - log pos_weight) and temperature scaling fitted on the "
         "validation window",
-        "brier_post": "mean squared error of the temperature-scaled probability on post-shift test events",
+        "brier_post": "mean squared error of the temperature-scaled probability on post-shift test events "
+        "(binning-free; reported, no criterion)",
+        "nll_post": "mean negative log-likelihood (binary cross-entropy) of the temperature-scaled probability on "
+        "post-shift test events (binning-free; reported, no criterion)",
         "ap_pre": "AP on the validation window (after the first shift, before the last)",
         "ap_drop": "backbone ap_pre minus ap_post (the testbed premise)",
         "causality_violation": "max |logit change| on test events before the last shift when every document "
         "published at or after it is edited",
+        "leak_detected": "1 when causality_violation > 1e-6 (the edited future moved a past score), else 0",
+        "ap_post_budget": "post-shift AP of the trained REGATE when only 20% of the documents published in the "
+        "test window are extracted: chosen by the attention-distilled retrieval scorer (learned), uniformly at "
+        "random (random; mean over subsets), or all of them (all_documents)",
     },
 )

@@ -296,10 +296,11 @@ class RetrievalAdapter:
         if q.sum() <= 0:
             return 0.0
         q = q / q.sum()
-        phi = self.phi.clone().requires_grad_(True)
-        logp = torch.log_softmax(self.features(docs) @ phi, 0)
-        loss = (q * (torch.log(q.clamp(min=1e-12)) - logp)).sum()
-        loss.backward()
+        with torch.enable_grad():  # callable from inside a no_grad scoring loop
+            phi = self.phi.clone().requires_grad_(True)
+            logp = torch.log_softmax(self.features(docs) @ phi, 0)
+            loss = (q * (torch.log(q.clamp(min=1e-12)) - logp)).sum()
+            loss.backward()
         self.phi = (phi - self.lr * phi.grad).detach()
         return float(loss.detach())
 

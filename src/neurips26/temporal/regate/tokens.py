@@ -245,6 +245,64 @@ class LLMExtractor:
         return out
 
 
+class NoisyExtractor:
+    """Extractor noise for robustness sweeps: wraps an extractor and corrupts its tokens.
+
+    With probability ``noise`` a token gets a uniformly random group, policy type and direction (its
+    entities are dropped); every token's confidence is jittered by ``U(-conf_jitter, conf_jitter)`` and
+    clipped to ``[0, 1]``. The randomness of a document depends only on ``seed`` and its ``doc_id``
+    (SHA-256), so the corruption is reproducible and independent of the extraction order.
+    """
+
+    def __init__(
+        self,
+        base: Extractor,
+        num_groups: int,
+        noise: float = 0.3,
+        conf_jitter: float = 0.3,
+        seed: int = 0,
+        policy_types: Sequence[str] = POLICY_TYPES,
+    ):
+        self.base = base
+        self.num_groups = check_int("num_groups", num_groups, low=1)
+        self.noise = check_float("noise", noise, 0.0, 1.0)
+        self.conf_jitter = check_float("conf_jitter", conf_jitter, 0.0, 1.0)
+        self.seed = check_int("seed", seed)
+        self.policy_types = tuple(policy_types)
+        self.name = f"{getattr(base, 'name', 'extractor')}+noise{noise:g}"
+        self.corrupted = 0
+
+    def extract(self, doc: Document) -> list[PolicyToken]:
+        import numpy as np
+
+        digest = int(hashlib.sha256(f"{self.seed}:{doc.doc_id}".encode()).hexdigest()[:16], 16)
+        rng = np.random.default_rng(digest)
+        out = []
+        for tok in self.base.extract(doc):
+            ents, groups, ptype, direction = tok.entity_ids, tok.group_ids, tok.policy_type, tok.direction
+            if rng.random() < self.noise:
+                self.corrupted += 1
+                ents, groups = (), (int(rng.integers(self.num_groups)),)
+                ptype = self.policy_types[int(rng.integers(len(self.policy_types)))]
+                direction = int(rng.integers(-1, 2))
+            conf = float(np.clip(tok.confidence + rng.uniform(-self.conf_jitter, self.conf_jitter), 0.0, 1.0))
+            out.append(
+                PolicyToken(
+                    tok.doc_id,
+                    ents,
+                    groups,
+                    ptype,
+                    direction,
+                    tok.publish_time,
+                    tok.effective_time,
+                    conf,
+                    tok.evidence,
+                    self.name,
+                )
+            )
+        return out
+
+
 @dataclass
 class TokenBatch:
     """Visible tokens per query, padded to ``k``: long ``types, dirs, index`` and float ``age, conf, stale``."""
@@ -272,6 +330,8 @@ class TokenStore:
         self._by_node: dict[int, list[int]] = {}
         self._by_group: dict[int, list[int]] = {}
         self.evicted: set[tuple[int, int]] = set()  # (node, token) pairs evicted at some query
+        self._cand: dict[int, list[tuple]] = {}  # node -> its candidate tokens' fields (cleared by add)
+        self._groups: list[int] | None = None
 
     def add(self, tokens: Iterable[PolicyToken]) -> None:
         for tok in tokens:
@@ -285,43 +345,78 @@ class TokenStore:
                 self._by_node.setdefault(int(e), []).append(i)
             for g in tok.group_ids:
                 self._by_group.setdefault(int(g), []).append(i)
+        self._cand.clear()
 
     @staticmethod
     def is_visible(tok: PolicyToken, t: float) -> bool:
         return tok.publish_time < t and max(tok.publish_time, tok.effective_time) <= t
 
+    def _candidates(self, v: int) -> list[tuple]:
+        """Tokens attached to node ``v`` (directly or through its group), in token order, as tuples
+        ``(i, publish, max(publish, effective), confidence, type index, direction + 1)``."""
+        got = self._cand.get(v)
+        if got is None:
+            if self._groups is None:
+                self._groups = [int(g) for g in self.group_of.tolist()]
+            tidx = {p: i for i, p in enumerate(self.policy_types)}
+            cand = set(self._by_node.get(v, ())) | set(self._by_group.get(self._groups[v], ()))
+            got = []
+            for i in sorted(cand):
+                tok = self.tokens[i]
+                start = max(tok.publish_time, tok.effective_time)
+                got.append(
+                    (i, tok.publish_time, start, tok.confidence, tidx[tok.policy_type], tok.direction + 1)
+                )
+            self._cand[v] = got
+        return got
+
     def visible(self, node_ids: Tensor, t: Tensor, k_max: int = 8, tau_s: float = 1.0) -> TokenBatch:
         check_int("k_max", k_max, low=1)
         check_float("tau_s", tau_s, 0.0, low_open=True)
         B = node_ids.numel()
-        types = torch.zeros(B, k_max, dtype=torch.long)
-        dirs = torch.zeros(B, k_max, dtype=torch.long)
-        age, conf, stale = torch.zeros(B, k_max), torch.zeros(B, k_max), torch.zeros(B, k_max)
-        mask = torch.zeros(B, k_max, dtype=torch.bool)
-        index = torch.full((B, k_max), -1, dtype=torch.long)
         dim = next(iter(self.doc_embeddings.values())).numel() if self.doc_embeddings else 0
-        text = torch.zeros(B, k_max, dim) if dim else None
-        tidx = {p: i for i, p in enumerate(self.policy_types)}
-        for b, (v, tt) in enumerate(zip(node_ids.tolist(), t.tolist())):
-            cand = set(self._by_node.get(v, ())) | set(self._by_group.get(int(self.group_of[v]), ()))
+        rows: list[list[tuple]] = []
+        for v, tt in zip(node_ids.tolist(), t.tolist()):
             scored = []
-            for i in sorted(cand):
-                tok = self.tokens[i]
-                if not self.is_visible(tok, tt):
+            for i, pub, start, conf, _, _ in self._candidates(v):
+                if not (pub < tt and start <= tt):  # is_visible
                     continue
-                w = math.exp(-(tt - max(tok.publish_time, tok.effective_time)) / tau_s)
-                if tok.confidence * w < 1e-3:
+                w = math.exp(-(tt - start) / tau_s)
+                if conf * w < 1e-3:
                     self.evicted.add((v, i))
                     continue
-                scored.append((-tok.confidence * w, i, w))
-            for j, (_, i, w) in enumerate(sorted(scored)[:k_max]):
+                scored.append((-conf * w, i, w))
+            rows.append(sorted(scored)[:k_max])
+        # fill [B, k_max] tensors in one go (same values as filling them entry by entry)
+        fields = {name: [[0.0] * k_max for _ in range(B)] for name in ("type", "dir", "age", "conf", "stale")}
+        index = [[-1] * k_max for _ in range(B)]
+        mask = [[False] * k_max for _ in range(B)]
+        for b, (row, tt) in enumerate(zip(rows, t.tolist())):
+            for j, (_, i, w) in enumerate(row):
                 tok = self.tokens[i]
-                types[b, j], dirs[b, j] = tidx[tok.policy_type], tok.direction + 1
-                age[b, j], conf[b, j], stale[b, j] = tt - tok.publish_time, tok.confidence, w
-                mask[b, j], index[b, j] = tok.confidence * w > 0, i
-                if text is not None and tok.doc_id in self.doc_embeddings:
-                    text[b, j] = self.doc_embeddings[tok.doc_id]
-        return TokenBatch(types, dirs, age, conf, stale, mask, index, text)
+                fields["type"][b][j] = self.policy_types.index(tok.policy_type)
+                fields["dir"][b][j] = tok.direction + 1
+                fields["age"][b][j] = tt - tok.publish_time
+                fields["conf"][b][j], fields["stale"][b][j] = tok.confidence, w
+                mask[b][j], index[b][j] = tok.confidence * w > 0, i
+        index_t = torch.tensor(index, dtype=torch.long).view(B, k_max)
+        text = None
+        if dim:
+            table = torch.zeros(len(self.tokens) + 1, dim)  # row 0: padding / no embedding
+            for i, tok in enumerate(self.tokens):
+                if tok.doc_id in self.doc_embeddings:
+                    table[i + 1] = self.doc_embeddings[tok.doc_id]
+            text = table[index_t + 1]
+        return TokenBatch(
+            torch.tensor(fields["type"], dtype=torch.long).view(B, k_max),
+            torch.tensor(fields["dir"], dtype=torch.long).view(B, k_max),
+            torch.tensor(fields["age"], dtype=torch.float32).view(B, k_max),
+            torch.tensor(fields["conf"], dtype=torch.float32).view(B, k_max),
+            torch.tensor(fields["stale"], dtype=torch.float32).view(B, k_max),
+            torch.tensor(mask, dtype=torch.bool).view(B, k_max),
+            index_t,
+            text,
+        )
 
     def direction_consistent(self, node: int, t: float, tau_s: float = 1.0) -> bool:
         """True when every visible token of ``node`` at ``t`` shares one direction."""
