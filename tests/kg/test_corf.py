@@ -22,6 +22,7 @@ from neurips26.kg.corf import (
     round_robin_assign,
     train_cmp,
 )
+from neurips26.kg.corf.synthetic import rule_community_kg
 
 R = 3  # relations before inverses
 
@@ -199,6 +200,74 @@ def test_training_is_executor_agnostic():
     assert la["losses"] == pytest.approx(lb["losses"], abs=1e-5)
     for pa, pb in zip(a.parameters(), b.parameters()):
         assert torch.allclose(pa, pb, atol=1e-5)
+
+
+def test_softmax_training_is_executor_agnostic_and_learns():
+    g = random_kg(20, 40, 9)
+    triples = torch.stack([g.edge_index[0, :40], g.edge_type[:40], g.edge_index[1, :40]], 1)
+    a, b = model(2, 1), model(2, 1)
+    kw = dict(batch_queries=8, seed=0, loss="softmax", lr=1e-2)
+    la = train_cmp(SubgraphExecutor(a), triples, g, R, steps=3, **kw)
+    lb = train_cmp(CoRFExecutor(b, ReceptiveSupportPlanner(2)), triples, g, R, steps=3, **kw)
+    # float32 summation order differs between executors; Adam's normalised steps carry it on
+    assert la["losses"] == pytest.approx(lb["losses"], rel=1e-4)
+    # cross-entropy over all 20 entities starts near log(20) and goes down
+    c = model(2, 1)
+    lc = train_cmp(SubgraphExecutor(c), triples, g, R, steps=150, **kw)["losses"]
+    assert abs(lc[0] - torch.log(torch.tensor(20.0)).item()) < 1.0
+    assert sum(lc[-10:]) / 10 < sum(lc[:10]) / 10 - 0.3
+    with pytest.raises(ValueError, match="loss"):
+        train_cmp(SubgraphExecutor(a), triples, g, R, steps=1, loss="hinge")
+
+
+def _triple_set(kg):
+    return {tuple(x) for x in kg.all_triples().tolist()}
+
+
+def test_rule_community_kg_structure():
+    kg = rule_community_kg(600, seed=3)
+    again = rule_community_kg(600, seed=3)
+    assert torch.equal(kg.train, again.train) and torch.equal(kg.test, again.test)
+    assert not torch.equal(kg.train, rule_community_kg(600, seed=4).train)
+    allt = kg.all_triples()
+    assert allt.shape[0] == len(_triple_set(kg))  # no duplicates
+    assert (allt[:, 0] != allt[:, 2]).all()
+    assert kg.num_relations == 20 and int(allt[:, 1].max()) < 20
+    assert kg.test.shape[0] == int(allt.shape[0] * 0.05)
+    triples = _triple_set(kg)
+    nb, ns = 6, 4
+    by_rel = {r: [(h, t) for h, rr, t in triples if rr == r] for r in range(20)}
+    # paired relations: (h, b, t) <=> (t, b + B, h); symmetric: (h, s, t) <=> (t, s, h)
+    for b in range(nb):
+        assert by_rel[b] and all((t, b + nb, h) in triples for h, t in by_rel[b])
+        assert all((t, b, h) in triples for h, t in by_rel[b + nb])
+    for s in range(2 * nb, 2 * nb + ns):
+        assert by_rel[s] and all((t, s, h) in triples for h, t in by_rel[s])
+    # every rule triple closes a two-hop path of base relations (one fixed pair per rule)
+    base = {(h, t): set() for h, r, t in triples if r < nb}
+    for h, r, t in triples:
+        if r < nb:
+            base[(h, t)].add(r)
+    out = {}
+    for (h, m), rs in base.items():
+        out.setdefault(h, []).append((m, rs))
+    for c in range(2 * nb + ns, 20):
+        assert by_rel[c]
+        for h, t in by_rel[c]:
+            assert any((m, t) in base for m, _ in out.get(h, [])), (c, h, t)
+    # locality: most base triples stay inside the head's community of 100
+    comm = kg.community
+    intra = [(comm[h] == comm[t]).item() for h, t in by_rel[0]]
+    assert sum(intra) / len(intra) > 0.85
+
+
+def test_rule_community_kg_bad_input():
+    with pytest.raises(ValueError, match="num_relations"):
+        rule_community_kg(100, num_relations=10, num_base=4, num_symmetric=4)
+    with pytest.raises(ValueError, match="num_entities"):
+        rule_community_kg(1)
+    with pytest.raises(ValueError, match="num_base"):
+        rule_community_kg(100, num_base=0)
 
 
 def test_bad_input():

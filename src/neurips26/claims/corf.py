@@ -1,11 +1,13 @@
 """Claim check for CoRF (coupled receptive fields for batched conditional message passing on KGs).
 
 One NBFNet-lite model (progressive, zero-preserving CMP) is trained briefly through the CoRF executor
-(exactness makes training executor-agnostic) and then the same Zipf-headed query batch is answered by
+(exactness makes training executor-agnostic; full-entity softmax loss) and then the same Zipf-headed query batch is answered by
 three executors sharing its weights: the full graph (timed on a subset), per-query L-hop subgraphs
 (PyG ``k_hop_subgraph``, batched as a disjoint union) and CoRF. Measured: throughput (queries/s),
 profiler peak memory of a ``batch_size``-query workload, filtered MRR, and the largest score
-difference against the full graph, on synthetic community KGs and on PyKEEN's UMLS and Kinships.
+difference against the full graph, on learnable synthetic community KGs
+(:func:`neurips26.kg.corf.synthetic.rule_community_kg`: paired, symmetric and composition-rule relations,
+so held-out triples are implied by short paths) and on PyKEEN's UMLS and Kinships.
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ from torch_geometric.data import Data
 from neurips26.claims.base import AtLeast, Better, Claim, Exact, Headline, RatioAtLeast, SeedResult, Within
 from neurips26.claims.plotting import pyplot, save_figure
 from neurips26.common.kg import (
-    community_kg,
     filtered_ranks,
     in_degree,
     known_tails,
@@ -42,6 +43,7 @@ from neurips26.kg.corf import (
     round_robin_assign,
     train_cmp,
 )
+from neurips26.kg.corf.synthetic import rule_community_kg
 
 METHOD = "corf"
 BASELINES = ("per_query", "full_graph")
@@ -155,6 +157,7 @@ def _train(kg, graph, cfg, seed, steps):
         num_negatives=32,
         lr=cfg["lr"],
         seed=seed,
+        loss=cfg["loss"],
     )
     model.eval()
     return model, log
@@ -169,7 +172,7 @@ def _run_inner(cfg: dict, seed: int) -> SeedResult:
     sizes = list(cfg["graph_sizes"])
     main = sizes[-1]
     for n in sizes:
-        kg = community_kg(n, num_relations=cfg["num_relations"], seed=seed)
+        kg = rule_community_kg(n, num_relations=cfg["num_relations"], seed=seed)
         graph = _graph(kg)
         steps = cfg["steps"] if n == main else 0
         model, log = _train(kg, graph, cfg, seed, steps)
@@ -181,6 +184,7 @@ def _run_inner(cfg: dict, seed: int) -> SeedResult:
                     "train_executor": "corf (exact: identical gradients)",
                     "params": sum(p.numel() for p in model.parameters()),
                     "lr_grid": [cfg["lr"]],
+                    "loss": cfg["loss"],
                 }
                 for arm in (METHOD, *BASELINES)
             }
@@ -243,6 +247,7 @@ def _run_inner(cfg: dict, seed: int) -> SeedResult:
         metrics[f"queries_per_s_{name}"] = {
             a: r[a]["queries_per_s"] for a in ("corf", "per_query", "full_graph")
         }
+        metrics[f"peak_mb_{name}"] = {a: r[a]["peak_mb"] for a in ("corf", "per_query", "full_graph")}
         metrics[f"mrr_{name}"] = {
             METHOD: r["corf"]["mrr"],
             "per_query": r["per_query"]["mrr"],
@@ -284,6 +289,7 @@ _COMMON = {
     "pool_fraction": 0.1,
     "train_queries": 16,
     "lr": 5e-3,
+    "loss": "softmax",
     "workers": 2,
     "repeats": 1,
 }
@@ -297,19 +303,57 @@ CLAIM = Claim(
     method=METHOD,
     baselines=BASELINES,
     references=REFERENCES,
+    # premise bars declared before the rebuilt testbed's first run (model_learns unchanged from the
+    # earlier testbed, where it failed at +0.024; the real-KG bars are the same 0.05 over random)
     premises=(
         Better("mrr", arm="per_query", baseline="random", margin=0.05, min_seeds=1, label="model_learns"),
+        Better(
+            "mrr_umls",
+            arm="per_query",
+            baseline="random",
+            margin=0.05,
+            min_seeds=1,
+            label="model_learns_umls",
+        ),
+        Better(
+            "mrr_kinships",
+            arm="per_query",
+            baseline="random",
+            margin=0.05,
+            min_seeds=1,
+            label="model_learns_kinships",
+        ),
         AtLeast("rho", threshold=2.0, label="overlap_regime"),
     ),
     criteria=(
         Exact("exact", expected=1.0, kind="design", label="exact_scores"),
         Within("mrr", baseline="per_query", tolerance=1e-3, min_seeds=1, kind="design", label="equal_mrr"),
+        Within(
+            "mrr_umls",
+            baseline="per_query",
+            tolerance=0.01,
+            min_seeds=1,
+            kind="design",
+            label="equal_mrr_umls",
+        ),
+        Within(
+            "mrr_kinships",
+            baseline="per_query",
+            tolerance=0.01,
+            min_seeds=1,
+            kind="design",
+            label="equal_mrr_kinships",
+        ),
         Better("queries_per_s", baseline="per_query", label="faster_synthetic"),
         Better("queries_per_s_umls", baseline="per_query", label="faster_umls"),
         Better("queries_per_s_kinships", baseline="per_query", label="faster_kinships"),
         Better("queries_per_s", baseline="full_graph", label="faster_than_full_graph"),
         RatioAtLeast("max_speedup", ratio=5.9, label="speedup_5_9x"),
         Better("peak_mb", baseline="per_query", higher_is_better=False, label="less_memory_synthetic"),
+        Better("peak_mb_umls", baseline="per_query", higher_is_better=False, label="less_memory_umls"),
+        Better(
+            "peak_mb_kinships", baseline="per_query", higher_is_better=False, label="less_memory_kinships"
+        ),
         Better("peak_mb", baseline="full_graph", higher_is_better=False, label="less_memory_than_full_graph"),
         RatioAtLeast("max_memory_reduction", ratio=10.0, label="memory_10x"),
         Better("makespan_s", baseline="round_robin", higher_is_better=False, label="lpt_beats_round_robin"),
@@ -324,15 +368,20 @@ CLAIM = Claim(
                 "faster_kinships",
                 "exact_scores",
                 "equal_mrr",
+                "equal_mrr_umls",
+                "equal_mrr_kinships",
             ),
         ),
-        Headline("Up to 10.0x memory reduction", criteria=("memory_10x", "less_memory_synthetic")),
+        Headline(
+            "Up to 10.0x memory reduction",
+            criteria=("memory_10x", "less_memory_synthetic", "less_memory_umls", "less_memory_kinships"),
+        ),
         Headline(
             "Cost-aware load balancing improves distributed efficiency", criteria=("lpt_beats_round_robin",)
         ),
     ),
     items={
-        "mrr": {"smoke": 48, "quick": 256, "full": 1024},
+        "mrr": {"smoke": 48, "quick": 256, "full": 2048},
         "mrr_umls": {"smoke": 32, "quick": 64, "full": 128},
         "mrr_kinships": {"smoke": 32, "quick": 64, "full": 128},
     },
@@ -367,7 +416,7 @@ CLAIM = Claim(
         "full": {
             **_COMMON,
             "graph_sizes": [5000, 20000],
-            "num_queries": 1024,
+            "num_queries": 2048,
             "num_layers": 3,
             "hidden": 32,
             "steps": 100,
@@ -387,24 +436,32 @@ CLAIM = Claim(
         "residual compensation), CoRFExecutor (supports extracted once with PyG subgraph and copied per query "
         "by index offsets, packed batch_size queries per propagation), SubgraphExecutor (PyG k_hop_subgraph per "
         "query, disjoint-union batches), FullGraphExecutor, LPT load balancing. One model per graph, trained "
-        "100 steps x 16 queries (quick 60; real KGs 40, quick 10; BCE, 32 negatives) through CoRF, shared by all executors."
+        "100 steps x 16 queries (quick 60; real KGs 40, quick 10; full-entity softmax cross-entropy, Adam lr 5e-3) "
+        "through CoRF, shared by all executors."
     ),
     differences=(
         "No paper text or code is public: the planner is the spec's inferred greedy algorithm; the overlap test "
         "is the overlap coefficient |S n R|/|R| instead of Jaccard (Jaccard against a growing support rejects "
         "fields the support already contains). Only NBFNet-lite is used (no A*Net/RED-GNN/AdaProp), L = 3 only "
-        "(spec also L = 4), no PPR sampler, no budget sweep, one batch size (64; quick 32), 1024 queries (spec "
-        "2048) and 100 training steps (spec 200); 3 seeds and one timing repeat per setting to fit the CPU "
+        "(spec also L = 4), no PPR sampler, no budget sweep, one batch size (64; quick 32), 2048 queries "
+        "and 100 training steps (spec 200); 3 seeds and one timing repeat per setting to fit the CPU "
         "budget; the full-graph executor is timed on the first 32 queries and its throughput extrapolated. The "
         "quick profile has one seed and a 3000-entity graph, so its paired criteria are inconclusive. Peak memory is the PyTorch profiler's allocator high-water mark for one batch_size-query "
-        "workload (not RSS in a fresh process). Load balancing is simulated from measured per-support times "
+        "workload (not RSS in a fresh process). Testbed change after the first full run (premise model_learns "
+        "failed at +0.024 MRR over random): the synthetic KG's base triples had uniformly random tails inside a "
+        "community, which no model can predict, and BCE with uniform negatives almost never contrasted the true "
+        "tail with a reached entity; the KG is now rule_community_kg (every held-out triple implied by a 1- or "
+        "2-hop path of paired, symmetric or composition-rule relations) and the loss the full-entity softmax "
+        "(NBFNet's alternative). The premise bar (0.05 over random) is unchanged and was declared before the run. "
+        "Load balancing is simulated from measured per-support times "
         "(W = 2); the 2-process gloo run is not part of the check. Single CPU thread."
     ),
     data=(
-        "Synthetic community KGs (neurips26.common.kg.community_kg: communities of 100, 95% intra-community "
-        "triples, 20 relations of which 4 compositional rules, 3 triples per entity, 5%/5% valid/test), full "
-        "profile N in {5000, 20000}; PyKEEN's UMLS (135 entities) and Kinships (104) read from the wheel. Queries: "
-        "1024 (quick 256; real KGs 128, quick 64) test triples (and inverses) whose heads follow a Zipf law (exponent 1.1) over 10% of "
+        "Learnable synthetic community KGs (neurips26.kg.corf.synthetic.rule_community_kg: communities of 100, "
+        "95% intra-community triples, 20 relations = 6 base relations with 6 paired partners ((h, b, t) comes with "
+        "(t, b', h)), 4 symmetric relations and 4 composition rules r_c = r_a o r_b instantiated on two-hop base "
+        "paths; about 2.75 triples per entity; 5%/5% valid/test), full profile N in {5000, 20000}; PyKEEN's UMLS (135 entities) and Kinships (104) read from the wheel. Queries: "
+        "2048 (quick 256; real KGs 128, quick 64) test triples (and inverses) whose heads follow a Zipf law (exponent 1.1) over 10% of "
         "the test heads (neurips26.common.kg.zipf_queries)."
     ),
     plot=_plot,
@@ -418,6 +475,8 @@ CLAIM = Claim(
         "queries_per_s_umls": "same on UMLS",
         "queries_per_s_kinships": "same on Kinships",
         "peak_mb": "profiler peak allocated MiB while answering the first batch_size queries (largest synthetic graph)",
+        "peak_mb_umls": "same on UMLS",
+        "peak_mb_kinships": "same on Kinships",
         "max_abs_diff": "largest |score - full-graph score| over all settings on the full-graph-timed prefix",
         "exact": "1 if CoRF's max_abs_diff < 1e-5 on every setting, else 0",
         "rho": "redundancy ratio sum_q |E(R_L(q))| / |union_q E(R_L(q))| of the query batch (largest synthetic graph)",
