@@ -300,6 +300,12 @@ def test_renderer_depth_occlusion_determinism():
     assert bool(obj.any())
     assert torch.allclose(a["points"][:, 2], a["depth"])
     assert a["presence"][:, :5].sum(1).le(a["count"]).all()
+    # per-pixel ids mark exactly the object pixels, and every visible colour is a present colour
+    on = a["ids"] >= 0
+    assert bool(on.any()) and bool(((a["depth"][on] >= 2) & (a["depth"][on] <= 6)).all())
+    for i in range(20):
+        seen = a["ids"][i][a["ids"][i] >= 0] // 2
+        assert bool(a["presence"][i, seen].eq(1).all())
 
 
 def test_renderer_front_object_wins():
@@ -311,6 +317,13 @@ def test_renderer_front_object_wins():
         covered = (far_only == 5.0) & (dep < 5.0)
         assert covered.any() and np.all(dep[covered] == np.float32(2.5))
         assert np.allclose(rgb[:, dep == np.float32(2.5)].max(0), rgb[0, dep == np.float32(2.5)])  # red wins
+        _, dep2, ids = render_objects(
+            xs, zs, np.array([0, 2])[list(order)], np.array([0, 1])[list(order)], 32, return_ids=True
+        )
+        assert np.array_equal(dep2, dep)
+        assert np.all(ids[dep == np.float32(2.5)] == 0)  # red sphere (colour 0 * 2 + shape 0) in front
+        assert np.all(ids[dep == np.float32(5.0)] == 2 * 2 + 1)  # visible part of the blue cube
+        assert np.all(ids[(dep != np.float32(2.5)) & (dep != np.float32(5.0))] == -1)  # table and wall
     rgb, dep = render_objects(np.array([0.0]), np.array([3.0]), np.array([1]), np.array([1]), 16)
     row = int(16 / 2 - 16 * (-1 + RADIUS) / 3.0)  # projected centre row of the cube
     assert dep[row, 8] == np.float32(3.0) and dep[0, 0] == np.float32(8.0)  # object, far wall

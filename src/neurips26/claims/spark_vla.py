@@ -2,7 +2,7 @@
 
 Generated ``TabletopScenes`` (spheres/cubes on a gridded table, pinhole camera); instruction "reach
 <colour> <shape>", action = the referenced object's normalised 3-D position, success = error < 0.15.
-Per seed: a generic 2-D ViT is pre-trained on 2-D recognition (colour/shape presence + count) and a same-size
+Per seed: a generic 2-D ViT is pre-trained on dense 2-D recognition (per-patch colour/shape presence) and a same-size
 3-D expert ViT on per-patch depth and point maps (both cached). Then every arm trains the same tiny
 transformer policy (same init, batches, steps, lr) on a low-data demonstration set:
 
@@ -66,22 +66,30 @@ def _patch_targets(scenes: dict, patch: int) -> torch.Tensor:
     return torch.cat([(d - 5.0) / 2.0, p / 3.0], dim=-1)
 
 
+def _patch_labels(scenes: dict, patch: int) -> torch.Tensor:
+    """Per-patch 2-D recognition labels: which of the 5 colours and 2 shapes appear in each patch, (B, N, 7)."""
+    ids = scenes["ids"]
+    onehot = torch.stack(
+        [(ids >= 0) & (ids // 2 == c) for c in range(5)] + [(ids >= 0) & (ids % 2 == k) for k in range(2)], 1
+    )
+    return F.max_pool2d(onehot.float(), patch).flatten(2).transpose(1, 2)
+
+
 def _pretrain(cfg: dict, seed: int, kind: str) -> dict:
-    """``kind="backbone"``: presence (BCE) + count (MSE) from mean tokens; ``"expert"``: per-patch depth/points."""
+    """``kind="backbone"``: per-patch colour/shape presence (BCE, dense 2-D recognition); ``"expert"``: per-patch
+    depth/points (MSE)."""
     torch.manual_seed(100 + seed if kind == "backbone" else 200 + seed)
     data = TabletopScenes(cfg["n_pretrain"], cfg["image_size"], seed=10_000 + seed)
     vit = _vit(cfg)
-    head = nn.Linear(cfg["dim"], 8 if kind == "backbone" else 3)
+    head = nn.Linear(cfg["dim"], 7 if kind == "backbone" else 3)
     opt = torch.optim.AdamW([*vit.parameters(), *head.parameters()], lr=cfg["pre_lr"])
     gen = torch.Generator().manual_seed(seed)
-    targets = _patch_targets(data, cfg["patch"])
+    targets = _patch_labels(data, cfg["patch"]) if kind == "backbone" else _patch_targets(data, cfg["patch"])
     for _ in range(cfg["pre_steps"]):
         idx = torch.randint(0, len(data["rgb"]), (cfg["batch"],), generator=gen)
         tok = vit(pixel_values=data["rgb"][idx]).last_hidden_state[:, 1:]
         if kind == "backbone":
-            out = head(tok.mean(1))
-            loss = F.binary_cross_entropy_with_logits(out[:, :7], data["presence"][idx])
-            loss = loss + F.mse_loss(out[:, 7], data["count"][idx].float() / 4)
+            loss = F.binary_cross_entropy_with_logits(head(tok), targets[idx])
         else:
             loss = F.mse_loss(head(tok), targets[idx])
         opt.zero_grad()
@@ -94,12 +102,12 @@ def _load(cfg: dict, seed: int, kind: str) -> tuple[nn.Module, nn.Module]:
     keys = ("image_size", "patch", "dim", "layers", "heads", "n_pretrain", "pre_steps", "pre_lr", "batch")
     state = cached_object(
         f"spark_vla-{kind}",
-        {**{k: cfg[k] for k in keys}, "seed": seed, "v": 1},
+        {**{k: cfg[k] for k in keys}, "seed": seed, "v": 2},
         lambda: _pretrain(cfg, seed, kind),
     )
     vit = _vit(cfg)
     vit.load_state_dict(state["vit"])
-    head = nn.Linear(cfg["dim"], 8 if kind == "backbone" else 3)
+    head = nn.Linear(cfg["dim"], 7 if kind == "backbone" else 3)
     head.load_state_dict(state["head"])
     for p in [*vit.parameters(), *head.parameters()]:
         p.requires_grad_(False)
@@ -513,6 +521,13 @@ CLAIM = Claim(
         "batches, steps and lr."
     ),
     differences=(
+        "Testbed fixes after the first quick runs, made before any full run (every arm at chance, the 2-D-only "
+        "policy's train L1 stayed at the mean-action value even with 2,000 demos): (1) the generic 2-D backbone is "
+        "pre-trained on per-patch colour/shape presence (dense 2-D recognition) instead of image-level presence + "
+        "count from mean-pooled tokens, whose tokens carried no usable per-object information (a policy on raw "
+        "pixel patches did learn); (2) the policy's action query is a learned vector plus the pooled instruction "
+        "embedding, so its first attention layer can look for the referenced object (shared by every arm). With "
+        "both, the 2-D-only policy reaches ~0.17 success at 400 steps on 600 demos (mean action 0.02). "
         "Scenes hold 2 objects (spec 2-4) of radius 0.5, so a far object still covers ~1.3 px at 16x16: with 2-4 "
         "objects of radius 0.35 not even a policy on raw pixels learned the referring task in 600 steps. Images "
         "are 16x16 (N = 16 patches) in every profile to fit the CPU budget (spec full: 32x32). The expert is a "
@@ -520,8 +535,7 @@ CLAIM = Claim(
         "trained from scratch, so the trainable fraction is not comparable to the paper's 50M/0.5B. Implicit "
         "alignment aligns the layer-L/2 tokens to the expert's final tokens. Full: 500 policy steps (spec 1,000, "
         "cut to fit 10 min) and 400 pre-training steps; ablations run on seed 0 only. Quick (100 steps, 1 seed) "
-        "is a pipeline check: its paired criteria are inconclusive by design (min_seeds=3), and at 100 steps the "
-        "2-D-only policy has not yet beaten the mean action (premise baseline_learns)."
+        "is a pipeline check: its paired criteria are inconclusive by design (min_seeds=3)."
     ),
     data="Generated TabletopScenes (neurips26.robotics.spark_vla): separate seeded pre-training, demonstration, "
     "probe and test sets per seed.",

@@ -97,7 +97,8 @@ def TabletopScenes(
     Returns a dict: ``rgb (n, 3, S, S)``, ``depth (n, S, S)`` (z of the front-most surface, object centre z
     on objects), ``points (n, 3, S, S)`` (back-projected camera-frame points), ``instruction (n, 3)``
     (["reach", colour, shape] token ids), ``action (n, 3)`` (normalised target: x, y, (z - 4) / 2),
-    ``presence (n, 7)`` (colour and shape presence) and ``count (n,)``.
+    ``presence (n, 7)`` (colour and shape presence), ``count (n,)`` and ``ids (n, S, S)`` (per-pixel
+    ``colour * 2 + shape`` of the front-most object, -1 on the background).
     """
     n = check_int("n", n, low=1)
     s = check_int("image_size", image_size, low=4)
@@ -107,6 +108,7 @@ def TabletopScenes(
     depth = np.empty((n, s, s), np.float32)
     instr = np.zeros((n, 3), np.int64)
     action = np.zeros((n, 3), np.float32)
+    ids = np.empty((n, s, s), np.int64)
     presence = np.zeros((n, 7), np.float32)
     count = np.zeros(n, np.int64)
     for i in range(n):
@@ -114,7 +116,7 @@ def TabletopScenes(
         pairs = rng.choice(len(COLOURS) * len(SHAPES), size=k, replace=False)
         xs, zs = rng.uniform(-1, 1, k), rng.uniform(2, 6, k)
         colours, shapes = pairs // len(SHAPES), pairs % len(SHAPES)
-        rgb[i], depth[i] = render_objects(xs, zs, colours, shapes, s)
+        rgb[i], depth[i], ids[i] = render_objects(xs, zs, colours, shapes, s, return_ids=True)
         presence[i, colours] = 1
         presence[i, 5 + shapes] = 1
         count[i] = k
@@ -131,6 +133,7 @@ def TabletopScenes(
         "action": torch.from_numpy(action),
         "presence": torch.from_numpy(presence),
         "count": torch.from_numpy(count),
+        "ids": torch.from_numpy(ids),
     }
 
 
@@ -142,11 +145,14 @@ def _pixel_grid(s: int) -> tuple[np.ndarray, np.ndarray]:
     return u, -v  # image rows go down, camera y goes up
 
 
-def render_objects(xs, zs, colours, shapes, image_size: int) -> tuple[np.ndarray, np.ndarray]:
+def render_objects(
+    xs, zs, colours, shapes, image_size: int, return_ids: bool = False
+) -> tuple[np.ndarray, ...]:
     """Rasterise objects (centre x, depth z, colour id, shape id: 0 sphere, 1 cube) far to near.
 
     Returns ``rgb (3, S, S)`` and ``depth (S, S)``: on object pixels the centre z of the front-most object,
-    elsewhere the table (ray-plane intersection) or the far wall.
+    elsewhere the table (ray-plane intersection) or the far wall. With ``return_ids`` also ``ids (S, S)``:
+    ``colour * 2 + shape`` of the front-most object per pixel, -1 on the background.
     """
     s = check_int("image_size", image_size, low=4)
     f = float(s)
@@ -162,6 +168,7 @@ def render_objects(xs, zs, colours, shapes, image_size: int) -> tuple[np.ndarray
         on_table[..., None], np.where(grid[..., None], 0.25, 0.55) * np.array([0.8, 0.7, 0.55]), 0.85
     )
     light = np.array([0.4, 0.6, -0.7]) / np.linalg.norm([0.4, 0.6, -0.7])
+    ids = np.full((s, s), -1, np.int64)
     for j in np.argsort(-np.asarray(zs), kind="stable"):  # painter's algorithm: far to near
         cz = float(zs[j])
         cx, cy, rad = f * float(xs[j]) / cz, f * (-1 + RADIUS) / cz, f * RADIUS / cz
@@ -175,7 +182,9 @@ def render_objects(xs, zs, colours, shapes, image_size: int) -> tuple[np.ndarray
             shade = np.where(dv > 0.45, 1.0, 0.75)
         img = np.where(mask[..., None], shade[..., None] * COLOURS[int(colours[j])], img)
         dep = np.where(mask, cz, dep)
-    return img.transpose(2, 0, 1).astype(np.float32), dep.astype(np.float32)
+        ids = np.where(mask, int(colours[j]) * len(SHAPES) + int(shapes[j]), ids)
+    out = img.transpose(2, 0, 1).astype(np.float32), dep.astype(np.float32)
+    return (*out, ids) if return_ids else out
 
 
 # ------------------------------------------------------------------------------------------- backbone
@@ -531,6 +540,9 @@ class RouterSupervisionLoss(nn.Module):
 class TinyPolicy(nn.Module):
     """Tiny transformer over ``[action query; instruction; visual tokens]`` with an MLP action head.
 
+    The action query is a learned vector plus the pooled instruction embedding (:meth:`cond`), so its first
+    attention layer can already look for the referenced object.
+
     Visual tokens carry a learned embedding of their candidate index (position within a branch and branch).
     """
 
@@ -566,7 +578,7 @@ class TinyPolicy(nn.Module):
     ) -> torch.Tensor:
         x = torch.cat(
             [
-                self.query.expand(visual.shape[0], -1, -1),
+                self.query + self.cond(instruction)[:, None],  # the action query knows what to reach
                 self.embed(instruction),
                 self.proj(visual) + self.pos(positions),
             ],
