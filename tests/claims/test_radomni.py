@@ -1,13 +1,26 @@
 """Smoke profile of the RadOmni claim check: structure, arms, equal budgets. Generic smoke checks (finiteness,
 determinism, glossary, plot): test_conformance.py."""
 
+import numpy as np
+import pytest
+import torch
 
-from neurips26.claims.radomni import ARMS, CLAIM, OBJECTIVES, _schedule
+from neurips26.claims.radomni import ARMS, CLAIM, OBJECTIVES, PROBES, _encoder, _features, _schedule
 
 
 def test_smoke_structure_and_budget(smoke_result):
     a = smoke_result("radomni")
-    for name in ("auroc_malignant_A", "auroc_malignant_B", "acc_T_A", "acc_type_A", "mean_downstream"):
+    for name in (*PROBES, "mean_downstream"):
+        assert set(a["metrics"][name]) == set(ARMS), name
+        assert all(0.0 <= v <= 1.0 for vals in a["metrics"][name].values() for v in vals), name
+    for name in (
+        "auroc_lesion_A",
+        "auroc_lesion_B",
+        "auroc_malignant_A",
+        "auroc_malignant_B",
+        "acc_T_A",
+        "acc_type_A",
+    ):
         assert set(a["metrics"][name]) == set(ARMS), name
     assert set(CLAIM.glossary) == set(a["metrics"])
     budget = a["info"][0]["budget"]
@@ -30,3 +43,16 @@ def test_arm_schedules():
         assert sum(s.steps for s in sched.stages) == 4 * cfg["stage_steps"]
     assert [s.freeze_blocks for s in _schedule("no_retention", cfg)[0].stages] == [0, 0, 0, 0]
     assert _schedule("mim_only", cfg)[0].stages[0].objectives == ["mim"]
+
+
+@pytest.mark.parametrize("pool", ["tokens", "mean"])
+def test_probe_features(pool):
+    cfg = CLAIM.configs["smoke"]
+    enc = _encoder(cfg, 0)
+    x = torch.rand(5, 1, cfg["size"], cfg["size"])
+    f = _features(enc, x, pool)
+    with torch.no_grad():
+        z = enc.eval()(x)
+    ref = z.flatten(1) if pool == "tokens" else z.mean(1)
+    assert f.shape == tuple(ref.shape)
+    assert np.allclose(f, ref.numpy(), atol=1e-6)

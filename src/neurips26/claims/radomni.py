@@ -5,9 +5,11 @@ Generated paired NCCT / CECT phantoms (:class:`~neurips26.vision.radomni.Synthet
 reports and pathology labels. Every pretraining arm starts from the same ViT initialisation and sees the same
 batches (the same cases in the same order) for the same number of optimiser steps ``4 S``; only the objective
 set, the curriculum and the freezing differ. The CECT teacher (MIM on CECT) and the frozen MiniLM report
-embeddings are shared by every arm that uses them. Downstream: frozen NCCT-only encoder, mean-pooled tokens,
-standardised, one logistic-regression probe per task with a fixed ``C`` (no tuning for any arm), trained on a
-disjoint labelled NCCT set and tested on centre A and on a shifted centre B.
+embeddings are shared by every arm that uses them. Downstream: frozen NCCT-only encoder, its patch tokens
+flattened (``probe_pool="tokens"``; ``"mean"`` = the mean-pooled global embedding), standardised, one
+logistic-regression probe per task with a fixed ``C`` (no tuning for any arm), trained on a disjoint labelled NCCT
+set and tested on centre A and on a shifted centre B. Tasks: lesion detection and malignancy (AUROC), T category
+and the report's lesion-type slot (accuracy).
 """
 
 from __future__ import annotations
@@ -44,7 +46,14 @@ REFERENCES = ("random_init",)
 ARMS = (METHOD, *BASELINES, *REFERENCES)
 OBJECTIVES = ("mim", "phase", "report", "pathology")
 TASKS = {"malignant": 2, "T": 4, "N": 2, "M": 2}
-PROBES = ("auroc_malignant_A", "auroc_malignant_B", "acc_T_A", "acc_type_A")
+PROBES = (
+    "auroc_lesion_A",
+    "auroc_lesion_B",
+    "auroc_malignant_A",
+    "auroc_malignant_B",
+    "acc_T_A",
+    "acc_type_A",
+)
 
 _TEXT_CACHE: dict[str, Any] = {}
 
@@ -112,10 +121,12 @@ def _schedule(arm: str, cfg: dict) -> tuple[CurriculumSchedule, dict[str, str]]:
     return CurriculumSchedule(stages, retain=arm == METHOD), {f"s{i + 1}": i for i in range(4)}
 
 
-def _features(enc: NCCTViT, x: torch.Tensor) -> np.ndarray:
+def _features(enc: NCCTViT, x: torch.Tensor, pool: str = "tokens") -> np.ndarray:
+    """Frozen features: ``"tokens"`` flattens the (N, d) patch tokens, ``"mean"`` mean-pools them."""
     enc.eval()
     with torch.no_grad():
-        return torch.cat([enc(x[i : i + 256]).mean(1) for i in range(0, len(x), 256)]).numpy()
+        z = torch.cat([enc(x[i : i + 256]) for i in range(0, len(x), 256)])
+    return (z.flatten(1) if pool == "tokens" else z.mean(1)).numpy()
 
 
 def _probe(enc: NCCTViT, down: SyntheticCTDataset, tests: dict, cfg: dict) -> dict[str, float]:
@@ -124,19 +135,23 @@ def _probe(enc: NCCTViT, down: SyntheticCTDataset, tests: dict, cfg: dict) -> di
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
-    ftr = _features(enc, down.ncct)
-    fte = {c: _features(enc, ds.ncct) for c, ds in tests.items()}
+    ftr = _features(enc, down.ncct, cfg["probe_pool"])
+    fte = {c: _features(enc, ds.ncct, cfg["probe_pool"]) for c, ds in tests.items()}
+
+    def labels(ds: SyntheticCTDataset, task: str) -> np.ndarray:
+        return (ds.pathology["T"] > 0).long().numpy() if task == "lesion" else ds.pathology[task].numpy()
+
     out = {}
-    for task in ("malignant", "T", "type"):
-        clf = make_pipeline(StandardScaler(), LogisticRegression(C=cfg["probe_C"], max_iter=2000))
-        clf.fit(ftr, down.pathology[task].numpy())
-        if task == "malignant":
+    for task in ("lesion", "malignant", "T", "type"):
+        clf = make_pipeline(StandardScaler(), LogisticRegression(C=cfg["probe_C"], max_iter=3000))
+        clf.fit(ftr, labels(down, task))
+        if task in ("lesion", "malignant"):
             for c, ds in tests.items():
-                out[f"auroc_malignant_{c}"] = float(
-                    roc_auc_score(ds.pathology[task].numpy(), clf.predict_proba(fte[c])[:, 1])
+                out[f"auroc_{task}_{c}"] = float(
+                    roc_auc_score(labels(ds, task), clf.predict_proba(fte[c])[:, 1])
                 )
         else:
-            out[f"acc_{task}_A"] = float((clf.predict(fte["A"]) == tests["A"].pathology[task].numpy()).mean())
+            out[f"acc_{task}_A"] = float((clf.predict(fte["A"]) == labels(tests["A"], task)).mean())
     return out
 
 
@@ -235,7 +250,7 @@ def plot(result: dict, folder: Path) -> list[Path]:
         stds = [np.std(result["metrics"][m][arm]) for m in names]
         ax.bar(np.arange(len(names)) + (j - 2) * width, means, width, yerr=stds, label=arm)
     ax.set_xticks(np.arange(len(names)), names, fontsize=8)
-    ax.set_ylabel("linear probe on frozen NCCT encoder")
+    ax.set_ylabel("linear probe on frozen NCCT patch tokens")
     ax.set_ylim(0.2, 1.0)
     ax.legend(fontsize=7)
     return [save_figure(fig, folder, "radomni_probes", dpi=100)]
@@ -246,7 +261,8 @@ _COMMON = {
     "patch": 8,
     "heads": 4,
     "lr": 1e-3,
-    "probe_C": 1.0,
+    "probe_pool": "tokens",
+    "probe_C": 0.01,
     "n_downstream": 300,
     "n_test": 500,
 }
@@ -264,12 +280,21 @@ CLAIM = Claim(
     references=REFERENCES,
     premises=(
         AtLeast("mim_loss_drop", threshold=0.1, arm="mim_only", label="baseline_learns"),
-        AtMost("auroc_malignant_A", threshold=0.97, arm="mim_only", label="probe_not_at_ceiling"),
-        AtLeast("auroc_malignant_A", threshold=0.55, arm="mim_only", label="probe_above_chance"),
+        AtMost("auroc_lesion_A", threshold=0.97, arm="mim_only", label="probe_not_at_ceiling"),
+        AtLeast("auroc_lesion_A", threshold=0.55, arm="mim_only", label="probe_above_chance"),
+        Better(
+            "auroc_lesion_A",
+            arm="mim_only",
+            baseline="random_init",
+            margin=0.0,
+            min_seeds=3,
+            label="pretraining_matters",
+        ),
         AtLeast("cnr_ratio", threshold=1.2, label="cect_carries_more_lesion_contrast"),
     ),
     criteria=(
         Better("mean_downstream", baseline="mim_only", margin=0.0, min_seeds=3, label="beats_mim_mean"),
+        Better("auroc_lesion_A", baseline="mim_only", margin=0.0, min_seeds=3, label="beats_mim_lesion_A"),
         Better("auroc_malignant_A", baseline="mim_only", margin=0.0, min_seeds=3, label="beats_mim_auroc_A"),
         Better("auroc_malignant_B", baseline="mim_only", margin=0.0, min_seeds=3, label="beats_mim_auroc_B"),
         Better("mean_downstream", baseline="joint", margin=0.0, min_seeds=3, label="beats_joint_mean"),
@@ -293,7 +318,13 @@ CLAIM = Claim(
         Headline(
             "RadOmni consistently achieves strong performance across classification, TNM staging and report "
             "generation, ahead of existing pretraining paradigms that add only part of the knowledge",
-            criteria=("beats_mim_mean", "beats_mim_auroc_A", "beats_joint_mean", "beats_no_retention_mean"),
+            criteria=(
+                "beats_mim_mean",
+                "beats_mim_lesion_A",
+                "beats_mim_auroc_A",
+                "beats_joint_mean",
+                "beats_no_retention_mean",
+            ),
         ),
         Headline("Robust cross-centre generalisation", criteria=("beats_mim_auroc_B",)),
         Headline(
@@ -370,13 +401,18 @@ CLAIM = Claim(
         "S = 12 (quick) / 40 (full) steps per stage instead of 40 / 250; 1,200 pretraining cases in full "
         "instead of 3,000. The report generation head, fine-tuning and the segmentation probe are not run: "
         "report generation is proxied by a linear probe on the lesion-type slot of the report. Probe C is fixed "
-        "to 1 for every arm (no tuning grid). The text encoder for smoke is a hashed bag of words. "
-        "Measured limitation (quick, seed 0): at this budget no arm's frozen features carry lesion information "
-        "(malignancy AUROC 0.51-0.52 for every arm including random init; the report ITC loss stays at log B and "
-        "the pathology loss at the label prior); a diagnostic ViT trained only on the pathology labels for 200 "
-        "steps also stayed at chance, and a small CNN did not learn lesion presence from CECT in 150 steps. The "
-        "premise probe_above_chance therefore marks the quick run as a testbed failure rather than evidence; "
-        "the full profile (3x the steps, depth 3) may or may not leave this regime."
+        "to 0.01 for every arm (no tuning grid). The text encoder for smoke is a hashed bag of words. "
+        "Probe protocol (changed after diagnosis, before any full run): the probes read the flattened patch tokens, "
+        "not the mean-pooled embedding, and lesion detection (the issue's downstream AUROC) is added. Measured "
+        "diagnosis (seed 0, machine loaded): with mean pooling every arm, random init included, sat at malignancy "
+        "AUROC 0.50-0.53 and lesion-detection AUROC 0.53-0.55 (full-profile encoder), and MIM did not beat random "
+        "init; the signal is in the data (logistic regression on raw NCCT pixels: lesion AUROC 0.79, malignancy "
+        "0.60; oracle lesion-mask mean HU + area: malignancy 0.84), but the lesion is a small local contrast that "
+        "mean pooling averages away, and neither a ViT nor a small CNN trained directly on the labels left the label "
+        "prior within 150-300 steps (also with half the noise and a liver window), so the supervised stages cannot "
+        "be expected to add much at this budget. With flattened tokens, MIM (full-profile steps) gave lesion AUROC "
+        "0.59 against 0.53 for random init (one seed), so the premise pretraining_matters is measurable; "
+        "malignancy stays near chance for every arm."
     ),
     data=(
         "SyntheticCTDataset (generated): pretraining n_pretrain cases with NCCT, CECT, report, pathology; "
@@ -385,11 +421,15 @@ CLAIM = Claim(
     ),
     plot=plot,
     glossary={
-        "auroc_malignant_A": "AUROC of a logistic probe for malignancy on frozen mean-pooled NCCT features, centre A",
+        "auroc_lesion_A": "AUROC of a logistic probe for lesion detection (any liver lesion, T > 0) on the frozen "
+        "encoder's flattened NCCT patch tokens, centre A",
+        "auroc_lesion_B": "the same lesion-detection probe (trained on centre A) on the shifted centre B test set",
+        "auroc_malignant_A": "AUROC of a logistic probe for malignancy on the frozen encoder's flattened NCCT patch "
+        "tokens, centre A",
         "auroc_malignant_B": "the same probe (trained on centre A) on the shifted centre B test set",
         "acc_T_A": "accuracy of a 4-class probe for the T category (largest-lesion size bin, 0 = none), centre A",
         "acc_type_A": "accuracy of a 4-class probe for the report's lesion-type slot (proxy for report generation)",
-        "mean_downstream": "mean of the four probe metrics",
+        "mean_downstream": "mean of the six probe metrics",
         "mim_loss_test": "masked-patch MSE of the arm's own MIM decoder on centre-A test NCCT after all pretraining "
         "(lower = less forgetting of the MIM objective)",
         "mim_loss_drop": "1 - (mean of the last 5 MIM losses) / (first MIM loss) of the mim_only arm",
