@@ -29,7 +29,22 @@ def test_smoke_arms_sessions_and_budget(smoke_result):
         ) * len(sweep["cosine_beta"]["grid"]), key
     # the per-variable breakdown covers intermediate variables of multi-hop queries
     inter = [r for r in info["breakdown"] if r["position"] == "inter"]
-    assert inter and all(r["variable"] < 2 and r["type"] in ("2p", "3p", "pi", "ip") for r in inter)
+    assert inter and all(
+        r["variable"] < 2 and r["type"] in ("2p", "3p", "pi", "ip", "up", "inp", "pin") for r in inter
+    )
+    # union and negation structures are sampled
+    assert {r["type"] for r in info["breakdown"]} & {"2u", "up", "2in", "3in", "inp", "pin", "pni"}
+    # interactive sessions: one curve point per step (2 + 2 examples), unconstrained flat over the steps
+    for n in DATASETS:
+        for p in POSITIONS:
+            curve = a["curves"][f"pref_mrr_by_step_{n}_{p}"]
+            assert set(curve) == {"score", "unconstrained", "cosine", "nqr_lite"}
+            assert all(len(v[0]) == 2 * CLAIM.configs["smoke"]["examples"] for v in curve.values())
+            flat = curve["unconstrained"][0]
+            assert max(flat) - min(flat) < 1e-12
+            assert a["metrics"][f"pref_mrr_session_{n}_{p}"]["unconstrained"] == [
+                a["metrics"][f"pref_mrr_{n}_{p}"]["unconstrained"][0]
+            ]
 
 
 def test_claim_declares_items_that_resolve_every_margin():

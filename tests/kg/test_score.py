@@ -19,11 +19,14 @@ from neurips26.kg.score import (
     answer_mrr,
     complex_cosine,
     complex_tail_scores,
+    distributed_session_scores,
     graded_ndcg,
+    interactive_metrics,
     pairwise_accuracy,
     query_variables,
     score_adjust,
     session_metrics,
+    session_steps,
     train_complex,
     train_nqr,
     variable_bindings,
@@ -31,7 +34,23 @@ from neurips26.kg.score import (
 
 
 @pytest.mark.parametrize(
-    "name,count", [("1p", 1), ("2p", 2), ("3p", 3), ("2i", 1), ("3i", 1), ("pi", 2), ("ip", 2)]
+    "name,count",
+    [
+        ("1p", 1),
+        ("2p", 2),
+        ("3p", 3),
+        ("2i", 1),
+        ("3i", 1),
+        ("pi", 2),
+        ("ip", 2),
+        ("2u", 1),
+        ("up", 2),
+        ("2in", 1),
+        ("3in", 1),
+        ("inp", 2),
+        ("pin", 2),
+        ("pni", 2),
+    ],
 )
 def test_variable_counts(name, count):
     vs = query_variables(STRUCTURES[name])
@@ -41,6 +60,26 @@ def test_variable_counts(name, count):
         assert [v.kind for v in vs] == ["intersection", "projection"]
     if name == "pi":
         assert [v.kind for v in vs] == ["projection", "intersection"]
+    if name == "up":
+        assert [v.kind for v in vs] == ["union", "projection"]
+    # only pni's first variable lies inside a negated branch
+    assert [v.negated for v in vs] == [name == "pni" and v.index == 0 for v in vs]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        ("e", ("r", "n")),  # a lone negation
+        (("e", ("r", "n")), ("e", ("r", "n"))),  # no positive branch
+        (("e", ("r", "n")), ("e", ("r",)), ("u",)),  # negated union branch
+        (("e", ("r",)), ("e", ("n", "r"))),  # negation not last
+        ((("e", ("r",)), ("e", ("r", "n"))), ("r", "n")),  # negation after a merge
+        (("e", ("r",)), ("u",)),  # union of one branch
+    ],
+)
+def test_union_and_negation_grammar_errors(bad):
+    with pytest.raises(ValueError, match="outside the grammar"):
+        query_variables(bad)
 
 
 @pytest.mark.parametrize(
@@ -94,8 +133,21 @@ def _symbolic(structure, anchors, relations, edges, n):
             for _ in node[1]:
                 s = proj(s, next(r))
             return s
-        sets = [ev(b) for b in node]
-        return set.intersection(*sets)
+        if node[-1] == ("u",):
+            return set.union(*[ev(b) for b in node[:-1]])
+        pos, neg = set(range(n)), set()
+        for b in node:
+            if b[0] == "e" and b[1][-1] == "n":
+                neg |= ev_path(b)
+            else:
+                pos &= ev(b)
+        return pos - neg
+
+    def ev_path(node):  # a negated path's projected set (before the complement)
+        s = {next(a)}
+        for _ in [x for x in node[1] if x == "r"]:
+            s = proj(s, next(r))
+        return s
 
     return ev(structure)
 
@@ -341,10 +393,11 @@ def test_sampler_and_bindings_are_exact(name, seed):
     )
     answers = ex(STRUCTURES[name], anchors, rels) > 0
     assert answers.any()
-    for j in range(len(query_variables(STRUCTURES[name]))):
-        values, induced = variable_bindings(ex, STRUCTURES[name], anchors, rels, j)
-        assert torch.equal(induced.any(0), answers)
+    for info in query_variables(STRUCTURES[name]):
+        values, induced = variable_bindings(ex, STRUCTURES[name], anchors, rels, info.index)
         assert values.unique().numel() == values.numel()
+        if not info.negated:  # a value inside a negated branch excludes answers instead
+            assert torch.equal(induced.any(0), answers)
 
 
 # ---------------------------------------------------------------------------------------------- metrics, fit, NQR
@@ -446,3 +499,134 @@ def test_nqr_early_stopping_keeps_the_best_validation_state():
     assert valid_ndcg(model) >= at_init
     with pytest.raises(ValueError, match="given together"):
         train_nqr(model, feats, sessions, steps=2, valid_sessions=sessions[1:])
+
+
+# ---------------------------------------------------------------------------------------------- unions, negation
+
+
+def test_union_and_negation_fuzzy_values_by_hand():
+    """Toy graph: 0 -r0-> {1, 2}; 1 -r1-> 3; 2 -r1-> 4. Fuzzy rows scaled to check the formulas."""
+    adj = _toy()
+    adj.values[0] = torch.tensor([0.5, 0.8])  # M_0[0, 1] = 0.5, M_0[0, 2] = 0.8
+    ex = QTOExecutor(adj)
+    # 2u: (0 -r0-> ?) or (1 -r1-> ?): 1 - (1 - v1)(1 - v2)
+    u = ex(STRUCTURES["2u"], torch.tensor([0, 1]), torch.tensor([0, 1]))
+    assert torch.allclose(u, torch.tensor([0.0, 0.5, 0.8, 1.0, 0.0, 0.0]))
+    # 2in: (0 -r0-> ?) and not (1 -r1-> ?) ... with entity 2 negated via 0 -r0-> 2 at 0.8
+    v = ex(STRUCTURES["2in"], torch.tensor([0, 0]), torch.tensor([0, 0]))
+    assert torch.allclose(v, torch.tensor([0.0, 0.5 * 0.5, 0.8 * 0.2, 0.0, 0.0, 0.0]))
+    # neg_scale s: 1 - min(1, s v)
+    v2 = QTOExecutor(adj, neg_scale=2.0)(STRUCTURES["2in"], torch.tensor([0, 0]), torch.tensor([0, 0]))
+    assert torch.allclose(v2, torch.tensor([0.0, 0.0, 0.0, 0.0, 0.0, 0.0]))
+    # from a one-hot anchor the output negation equals the spec's negated matrix 1 - min(1, s M_r)
+    dense = torch.zeros(6, 6)
+    dense[adj.rows[0], adj.cols[0]] = adj.values[0]
+    pos = ex(STRUCTURES["1p"], torch.tensor([0]), torch.tensor([0]))
+    assert torch.allclose(v, pos * (1 - dense[0].clamp(max=1)))
+    # up: union then projection by r1
+    up = ex(STRUCTURES["up"], torch.tensor([0, 3]), torch.tensor([0, 0, 1]))
+    assert torch.allclose(up, torch.tensor([0.0, 0.0, 0.0, 0.5, 0.8, 0.0]))
+    with pytest.raises(ValueError, match="neg_scale"):
+        QTOExecutor(adj, neg_scale=0.0)
+
+
+@pytest.mark.parametrize("name", ["2u", "up", "2in", "3in", "inp", "pin", "pni"])
+def test_union_negation_sampler_keeps_answer_and_uses_held_out_edge(name):
+    t = _tiny_kg(2, m=40)
+    inv = torch.cat([t, torch.stack([t[:, 2], t[:, 1] + 3, t[:, 0]], 1)])
+    edges = {r: inv[inv[:, 1] == r][:, [0, 2]].t() for r in range(6)}
+    ex = QTOExecutor(FuzzyAdjacency.from_edges(edges, 12, 6))
+    sampler = QuerySampler(inv, 12, last_edges=inv[:6])
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(5):
+        anchors, rels = sampler.sample(STRUCTURES[name], gen)
+        assert (ex(STRUCTURES[name], anchors, rels) > 0).any()
+
+
+def test_session_steps_orders_and_prefixes():
+    base = _toy_session()
+    s = Session(
+        **{
+            **base.__dict__,
+            "pref_ids": torch.tensor([5, 6, 7, 8, 9]),
+            "pref_labels": torch.tensor([1, 1, 1, 0, 0]),
+        }
+    )
+    mixed = session_steps(s)
+    assert [x.pref_ids.tolist() for x in mixed] == [[5], [5, 8], [5, 8, 6], [5, 8, 6, 9], [5, 8, 6, 9, 7]]
+    assert [x.pref_labels.tolist() for x in mixed][-1] == [1, 0, 1, 0, 1]
+    assert [x.pref_ids.tolist() for x in session_steps(s, "positive")] == [[5], [5, 6], [5, 6, 7]]
+    assert [x.pref_ids.tolist() for x in session_steps(s, "negative", max_steps=1)] == [[8]]
+    assert all(x.preferred is s.preferred and x.variable == s.variable for x in mixed)
+    with pytest.raises(ValueError, match="mode"):
+        session_steps(s, "both")
+    with pytest.raises(ValueError, match="no negative examples"):
+        session_steps(Session(**{**base.__dict__, "pref_labels": torch.tensor([1, 1])}), "negative")
+
+
+def test_interactive_metrics_last_step_equals_full_session_and_cumulative_is_mean():
+    ex = QTOExecutor(_toy())
+    sc = SCORE(torch.randn(6, 4, generator=torch.Generator().manual_seed(0)))
+    sess = _toy_session(variable=0)
+    out = interactive_metrics(lambda x: sc.session_scores(ex, x), sess)
+    assert len(out["steps"]) == 2
+    full = session_metrics(sc.session_scores(ex, sess), sess)
+    assert out["steps"][-1] == full
+    for key in full:
+        assert out["cumulative"][key] == pytest.approx(sum(r[key] for r in out["steps"]) / 2)
+
+
+_WORKER = """
+import os, torch, torch.distributed as dist
+from neurips26.kg.score import SCORE, STRUCTURES, FuzzyAdjacency, QTOExecutor, QuerySampler, Session
+from neurips26.kg.score import distributed_session_scores, query_variables
+dist.init_process_group("gloo")
+gen = torch.Generator().manual_seed(0)
+n, m = 15, 60
+t = torch.unique(torch.stack([torch.randint(0, n, (m,), generator=gen), torch.randint(0, 3, (m,), generator=gen),
+                              torch.randint(0, n, (m,), generator=gen)], 1), dim=0)
+inv = torch.cat([t, torch.stack([t[:, 2], t[:, 1] + 3, t[:, 0]], 1)])
+edges = {r: inv[inv[:, 1] == r][:, [0, 2]].t() for r in range(6)}
+vals = torch.rand(n, n, generator=gen)
+adj = FuzzyAdjacency.from_link_predictor(lambda h, r: vals[h] * (r + 1), edges, n, 6, threshold=0.05, fraction=3)
+ex = QTOExecutor(adj)
+sampler = QuerySampler(inv, n)
+sessions = []
+for i, name in enumerate(sorted(STRUCTURES) * 2):
+    a, rels = sampler.sample(STRUCTURES[name], gen)
+    j = len(query_variables(STRUCTURES[name])) - 1 - (i % 2) * (len(query_variables(STRUCTURES[name])) > 1)
+    sessions.append(Session(STRUCTURES[name], a, rels, j, torch.tensor([1, 2]), torch.tensor([1, 0]),
+                            torch.tensor([3]), torch.tensor([4]), torch.tensor([], dtype=torch.long)))
+score = SCORE(torch.randn(n, 4, dtype=torch.cfloat, generator=gen))
+out = {"dist_base": distributed_session_scores(ex, sessions), "dist_score": distributed_session_scores(ex, sessions, score)}
+dist.destroy_process_group()
+out["single_base"] = distributed_session_scores(ex, sessions)
+out["single_score"] = torch.stack([score.session_scores(ex, s) for s in sessions])
+if int(os.environ["RANK"]) == 0:
+    torch.save(out, os.environ["SCORE_OUT"])
+"""
+
+
+@pytest.mark.slow
+def test_two_process_gloo_sharding_equals_single_process(tmp_path):
+    from neurips26.common.distributed import run_script_workers
+
+    script = tmp_path / "worker.py"
+    script.write_text(_WORKER)
+    out = tmp_path / "out.pt"
+    run_script_workers(script, 2, env={"SCORE_OUT": str(out)}, timeout=300)
+    res = torch.load(out)
+    assert res["dist_base"].shape == (28, 15)
+    assert torch.equal(res["dist_base"], res["single_base"])  # bitwise: one contributor per row
+    assert torch.equal(res["dist_score"], res["single_score"])
+    assert not torch.equal(res["dist_score"], res["dist_base"])
+
+
+def test_distributed_session_scores_bad_input():
+    ex = QTOExecutor(_toy())
+    with pytest.raises(ValueError, match="sessions must not be empty"):
+        distributed_session_scores(ex, [])
+    with pytest.raises(TypeError, match="QTOExecutor"):
+        distributed_session_scores(object(), [_toy_session()])
+    with pytest.raises(TypeError, match="SCORE"):
+        distributed_session_scores(ex, [_toy_session()], score=1.0)

@@ -2,11 +2,12 @@
 
 On PyKEEN's UMLS and Kinships (read from the wheel), one ComplEx link predictor (reciprocal relations,
 N3, 1-vs-all cross entropy; :func:`neurips26.kg.score.train_complex`, cached per dataset and seed) feeds
-one QTO-style fuzzy executor shared by every arm. BetaE-format queries (1p, 2p, 3p, 2i, pi, ip) are
-sampled backwards from a random answer; the values of the constrained variable are enumerated exactly
+one QTO-style fuzzy executor shared by every arm. BetaE-format queries (1p, 2p, 3p, 2i, pi, ip, the unions
+2u, up and the negations 2in, 3in, inp, pin, pni) are sampled backwards from a random answer; the values of the constrained variable are enumerated exactly
 on the symbolic graph, grouped by k-means (k = 6) on the entities' full-graph relation profiles, and one
 group is "preferred" (spec step 9). A session keeps two positive and two negative examples (the most
-frequent values of each group that are not themselves evaluated answers). Development sessions live on
+frequent values of each group that are not themselves evaluated answers); the same examples revealed one
+per step (p, n, p, n) give the interactive session curve. Development sessions live on
 the train+valid graph (hard answers need a validation edge) and tune SCORE's ``(w_p, w_n)`` and Cosine's
 ``(alpha, beta)`` on grids of the same size and train NQR-lite; test sessions live on the full graph
 (hard answers need a test edge; train+valid answers are easy and removed).
@@ -45,6 +46,7 @@ from neurips26.kg.score import (
     QTOExecutor,
     QuerySampler,
     Session,
+    interactive_metrics,
     query_variables,
     session_metrics,
     train_complex,
@@ -62,6 +64,12 @@ ARMS_BY_POSITION = {
     "inter": ("score", "unconstrained", "cosine", "nqr_lite", "score_at_target", "oracle"),
 }
 METRICS = ("pref_mrr", "mrr_all", "ndcg", "pairwise")
+SESSION_ARMS = ("score", "unconstrained", "cosine", "nqr_lite")
+
+
+def _inter_positions(structure) -> list[int]:
+    """Intermediate variables a preference may constrain: not the target, not inside a negated branch."""
+    return [v.index for v in query_variables(structure) if not v.is_target and not v.negated]
 
 
 # ------------------------------------------------------------------------------------------ data
@@ -196,7 +204,7 @@ def _sessions(kg, clusters, phase: str, cfg: dict, seed: int) -> tuple[dict[str,
     max_ans = int(cfg["max_answer_frac"] * kg.num_entities)
     types = {
         "target": cfg["types"],
-        "inter": [t for t in cfg["types"] if len(query_variables(STRUCTURES[t])) > 1],
+        "inter": [t for t in cfg["types"] if _inter_positions(STRUCTURES[t])],
     }
     counters = {p: 0 for p in POSITIONS}
     for _ in range(cfg["max_tries"]):
@@ -222,7 +230,11 @@ def _sessions(kg, clusters, phase: str, cfg: dict, seed: int) -> tuple[dict[str,
             stats["no_hard"] += 1
             continue
         n_var = len(query_variables(structure))
-        j = n_var - 1 if pos == "target" else int(torch.randint(0, n_var - 1, (1,), generator=gen))
+        if pos == "target":
+            j = n_var - 1
+        else:
+            inter = _inter_positions(structure)
+            j = inter[int(torch.randint(0, len(inter), (1,), generator=gen))]
         s = _session(name, anchors, rels, j, full_ex, answers, easy, clusters, cfg, gen)
         if s is None:
             stats["no_split"] += 1
@@ -261,6 +273,16 @@ def _arm_scores(
     return out
 
 
+def _session_scorers(base, ex, score, cosine, nqr, emb) -> dict:
+    """Per-arm ``step_session -> [N]`` scorers for the interactive session (same base scores for all)."""
+    return {
+        "score": lambda x: score.session_scores(ex, x, base),
+        "unconstrained": lambda x: base,
+        "cosine": lambda x: cosine(base, score.similarity(x.pref_ids), x.pref_labels),
+        "nqr_lite": lambda x: nqr(NQRLite.features(base, score.similarity(x.pref_ids), x.pref_labels, emb)),
+    }
+
+
 def _dataset(name: str, cfg: dict, seed: int) -> tuple[dict, dict, dict, list]:
     kg = load_pykeen_dataset(name)
     kge = _kge(kg, cfg, seed)
@@ -279,6 +301,7 @@ def _dataset(name: str, cfg: dict, seed: int) -> tuple[dict, dict, dict, list]:
     test, test_stats = _sessions(kg, clusters, "test", cfg, seed)
     emb = _emb_features(kge)
     metrics, info, rows = {}, {"link_mrr": link_mrr, "dev_yield": dev_stats, "test_yield": test_stats}, []
+    curves: dict = {}
     sweeps = {}
     nqr_steps = {}
     for position in POSITIONS:
@@ -315,10 +338,15 @@ def _dataset(name: str, cfg: dict, seed: int) -> tuple[dict, dict, dict, list]:
             "nqr_final_loss": nqr_losses[-1],
         }
         per_arm: dict[str, list[dict]] = {a: [] for a in ARMS_BY_POSITION[position]}
+        steps: dict[str, list[list[float]]] = {a: [] for a in SESSION_ARMS}
         for qtype, s in test[position]:
             base = ex(s.structure, s.anchors, s.relations)
             with torch.no_grad():
                 arms = _arm_scores(s, base, ex, score, cosine, nqr, emb, clusters, cfg, position)
+                # interactive (mixed) session: one example per step, metrics at every step
+                scorers = _session_scorers(base, ex, score, cosine, nqr, emb)
+                for arm, fn in scorers.items():
+                    steps[arm].append([r["pref_mrr"] for r in interactive_metrics(fn, s, "mixed")["steps"]])
             for arm, sc in arms.items():
                 m = session_metrics(sc, s)
                 per_arm[arm].append(m)
@@ -336,9 +364,16 @@ def _dataset(name: str, cfg: dict, seed: int) -> tuple[dict, dict, dict, list]:
             metrics[f"{key}_{name}_{position}"] = {
                 arm: float(np.mean([m[key] for m in ms])) for arm, ms in per_arm.items()
             }
+        metrics[f"pref_mrr_session_{name}_{position}"] = {
+            arm: float(np.mean([np.mean(x) for x in rows_])) for arm, rows_ in steps.items()
+        }
+        curves[f"pref_mrr_by_step_{name}_{position}"] = {
+            arm: [float(np.mean([x[t] for x in rows_ if len(x) > t])) for t in range(max(map(len, rows_)))]
+            for arm, rows_ in steps.items()
+        }
         info[f"sessions_{position}"] = {"dev": len(dv), "test": len(test[position])}
     metrics[f"link_mrr_{name}"] = {"unconstrained": link_mrr}
-    return metrics, info, sweeps, rows
+    return metrics, info, sweeps, rows, curves
 
 
 def _train_edges(kg) -> dict[int, torch.Tensor]:
@@ -366,10 +401,11 @@ def _breakdown(rows: list[dict]) -> list[dict]:
 
 def run(config: dict, seed: int) -> SeedResult:
     """One seed: train (cached) ComplEx per dataset, build sessions, tune, evaluate every arm."""
-    metrics, info, sweeps, rows = {}, {}, {}, []
+    metrics, info, sweeps, rows, curves = {}, {}, {}, [], {}
     for name in config["datasets"]:
-        m, i, sw, r = _dataset(name, config, seed)
+        m, i, sw, r, c = _dataset(name, config, seed)
         metrics.update(m)
+        curves.update(c)
         info[name] = i
         sweeps.update(sw)
         rows += r
@@ -392,6 +428,7 @@ def run(config: dict, seed: int) -> SeedResult:
     }
     return SeedResult(
         metrics=metrics,
+        curves=curves,
         info={**info, "sweeps": sweeps, "budget": budget, "breakdown": _breakdown(rows)},
     )
 
@@ -430,7 +467,7 @@ _COMMON = {
     "examples": 2,
     "max_answer_frac": 0.5,
     "max_tries": 20000,
-    "types": ["1p", "2p", "3p", "2i", "pi", "ip"],
+    "types": ["1p", "2p", "3p", "2i", "pi", "ip", "2u", "up", "2in", "3in", "inp", "pin", "pni"],
     "nqr_hidden": 32,
     "nqr_lr": 1e-2,
     "threads": 1,
@@ -533,7 +570,9 @@ CLAIM = Claim(
             "UMLS and Kinships stand in",
         ),
     ),
-    items={f"{m}_{n}_{p}": _ITEMS for m in METRICS for n in DATASETS for p in POSITIONS},
+    items={
+        f"{m}_{n}_{p}": _ITEMS for m in (*METRICS, "pref_mrr_session") for n in DATASETS for p in POSITIONS
+    },
     run=_run,
     configs={
         "smoke": {
@@ -566,39 +605,54 @@ CLAIM = Claim(
         "neurips26.kg.score: train_complex (ComplEx, reciprocal relations, 1-vs-all CE, N3 0.05, Adagrad lr 0.1, "
         "rank 32, 50 epochs, batch 256; scores equal to PyKEEN's ComplExInteraction, tested), FuzzyAdjacency."
         "from_link_predictor (softmax rows x max(1, degree), clip 0.9999, threshold 1/N, training edges = 1), "
-        "QTOExecutor (max-product projection, product intersection, variables in creation order), score_adjust / "
+        "QTOExecutor (max-product projection, product intersection, probabilistic-sum union (DNF), negated "
+        "projection 1 - min(1, v), variables in creation order), score_adjust / "
         "SCORE (log-odds evidence from complex-cosine similarities, w_p and w_n tuned on a grid by validation "
         "NDCG@10), CosineReranker (alpha, beta tuned on a grid of the same size), NQRLite (MLP over [logit base, "
         "mean positive sim, mean negative sim, entity embedding] -> additive delta, pairwise hinge loss, Adam, "
         "full batch on 3/4 of the same development sessions, early-stopped on the other 1/4 by NDCG@10), QuerySampler (backward BetaE sampling through a held-out "
-        "edge), variable_bindings (exact per-value induced answers). One link predictor, one executor, the same "
+        "edge; unions and negations with an answer that survives the negation), variable_bindings (exact per-value "
+        "induced answers), session_steps / interactive_metrics (interactive mixed sessions). One link predictor, one executor, the same "
         "sessions, examples and candidate sets for every arm."
     ),
     differences=(
         "UMLS and Kinships (PyKEEN's bundled splits) instead of the paper's three BetaE benchmarks and the spec's "
         "synthetic clustered KG; preference groups are k-means (k = 6) clusters of full-graph relation profiles. "
-        "Sessions are not interactive: each has a fixed 2 positive + 2 negative examples (spec: up to 10 examples, "
-        "one at a time), chosen as the most frequent values of the constrained variable in each group that are "
+        "Sessions have 2 positive + 2 negative examples (spec: up to 5 + 5); the criteria use all four at once, "
+        "and the interactive mixed session (one example per step, p, n, p, n; spec step 7) is reported as "
+        "pref_mrr_session (mean over the 4 steps) and a per-step curve for SCORE, Cosine, NQR-lite and the "
+        "unconstrained ranking (tuning uses the full sessions only). The examples are chosen as the most frequent values of the constrained variable in each group that are "
         "not themselves evaluated answers (for the target variable: easy answers of the group, then other group "
         "members at random). Instances need both preferred and other hard answers; an answer induced by both a "
         "preferred and a non-preferred value counts as preferred (spec: disjoint sets only). Development queries "
         "live on train+valid (hard answers need a validation edge), test queries on all triples (hard answers "
         "need a test edge; train+valid answers are easy and removed); queries with more than N/2 answers are "
-        "skipped. Types 1p, 2p, 3p, 2i, pi, ip (no unions or negation). The evidence metric is the filtered MRR "
+        "skipped. Types 1p, 2p, 3p, 2i, pi, ip, unions 2u, up (DNF, probabilistic sum) and negations 2in, 3in, inp, "
+        "pin, pni (negated projection 1 - min(1, v'), the complement of the projected fuzzy set; equal to the "
+        "spec's 1 - min(1, M_r) from an anchor); intermediate constraints never sit inside a negated branch "
+        "(pni has no intermediate position). The evidence metric is the filtered MRR "
         "of the preferred answers with the other hard answers competing (the issue's 'MRR gain'); NDCG@10 and "
         "pairwise accuracy are reported. The oracle restricts the constrained variable to the preferred group "
-        "(v_j * 1[group]). No LightGBM reranker, no 2-process sharding. Quick: 1 seed, 2x2 grids, 100 test "
+        "(v_j * 1[group]). No LightGBM reranker; 2-process gloo sharding of the sessions "
+        "(neurips26.kg.score.distributed_session_scores) is tested bitwise against one process, not used here. Quick: 1 seed, 2x2 grids, 100 test "
         "sessions per position; full: 5 seeds, 4x4 grids, 200."
     ),
     data=(
         "PyKEEN's UMLS (135 entities, 46 relations) and Kinships (104, 25) read from the installed wheel "
         "(neurips26.common.kg.load_pykeen_dataset); inverse relations added as extra ids. Per dataset, seed and "
         "constrained position (target / intermediate): development sessions on train+valid and test sessions "
-        "on all triples, query types cycled over 1p, 2p, 3p, 2i, pi, ip (intermediate: 2p, 3p, pi, ip, one "
-        "intermediate variable drawn at random). Sampling yields are in info[<dataset>]['dev_yield'/'test_yield']."
+        "on all triples, query types cycled over 1p, 2p, 3p, 2i, pi, ip, 2u, up, 2in, 3in, inp, pin, pni "
+        "(intermediate: 2p, 3p, pi, ip, up, inp, pin, one non-negated intermediate variable drawn at random). Sampling yields are in info[<dataset>]['dev_yield'/'test_yield']."
     ),
     plot=plot,
     glossary={
+        **{
+            f"pref_mrr_session_{n}_{p}": f"{n}, {p}: interactive mixed session (examples revealed one per step, "
+            "positive first, alternating; spec step 7): preference MRR averaged over the steps ('cumulative'), "
+            "then over test sessions; per-step means in curves['pref_mrr_by_step_...']"
+            for n in DATASETS
+            for p in POSITIONS
+        },
         **{
             f"pref_mrr_{n}_{p}": f"{n}, constraint on the {'target' if p == 'target' else 'an intermediate'} variable: "
             "mean over test sessions of the filtered MRR of the preferred hard answers (other preferred answers and "

@@ -65,7 +65,8 @@ Modules
 - :mod:`.executor`: :class:`CoRFExecutor` (alias ``CoRF``).
 - :mod:`.distributed`: :func:`lpt_assign`, :func:`round_robin_assign`, :func:`makespan`,
   :func:`distributed_scores`.
-- :mod:`.training`: :func:`train_cmp`.
+- :mod:`.training`: :func:`train_cmp` (BCE with uniform negatives or full-entity softmax).
+- :mod:`.synthetic`: :func:`rule_community_kg`, the learnable synthetic KG of the claim check.
 """
 
 from neurips26.kg.corf.baselines import FullGraphExecutor, SubgraphExecutor
@@ -74,6 +75,7 @@ from neurips26.kg.corf.executor import CoRF, CoRFExecutor
 from neurips26.kg.corf.model import CMPLayer, NBFNetLite
 from neurips26.kg.corf.planner import ReceptiveSupportPlanner, Support, redundancy_ratio
 from neurips26.kg.corf.reach import hop_reach, receptive_field
+from neurips26.kg.corf.synthetic import rule_community_kg
 from neurips26.kg.corf.training import train_cmp
 
 __all__ = [
@@ -93,4 +95,5 @@ __all__ = [
     "makespan",
     "distributed_scores",
     "train_cmp",
+    "rule_community_kg",
 ]

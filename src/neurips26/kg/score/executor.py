@@ -96,21 +96,29 @@ class FuzzyAdjacency:
 
 
 class QTOExecutor(torch.nn.Module):
-    """Fuzzy QTO-style execution of BetaE queries over a :class:`FuzzyAdjacency`.
+    r"""Fuzzy QTO-style execution of BetaE queries over a :class:`FuzzyAdjacency`.
+
+    Projection is max-product, intersection the product, union (DNF) the probabilistic sum
+    :math:`1 - \prod_i (1 - v_i)`, and a negated projection maps its output ``v`` to
+    :math:`1 - \min(1, s\, v)` (``s = neg_scale``). From a one-hot anchor this equals the spec's
+    negated adjacency :math:`1 - \min(1, s M_r)`; from a fuzzy set it is the complement of the
+    projected set (on a 0/1 adjacency, exactly the set semantics of BetaE's negation).
 
     Args:
         adjacency (FuzzyAdjacency): per-relation fuzzy adjacency.
+        neg_scale (float, optional): ``s`` of the negation. (default: ``1.0``)
 
     Shapes:
         - **input:** anchors ``[A]`` long, relations ``[P]`` long (DFS order of the structure)
         - **output:** fuzzy target scores ``[N]``
     """
 
-    def __init__(self, adjacency: FuzzyAdjacency):
+    def __init__(self, adjacency: FuzzyAdjacency, neg_scale: float = 1.0):
         super().__init__()
         if not isinstance(adjacency, FuzzyAdjacency):
             raise TypeError(f"adjacency must be a FuzzyAdjacency, got {type(adjacency).__name__}")
         self.adjacency = adjacency
+        self.neg_scale = check_float("neg_scale", neg_scale, 0.0, low_open=True)
 
     def forward(
         self,
@@ -157,5 +165,7 @@ class QTOExecutor(torch.nn.Module):
             lambda v: self.adjacency.project(v, next(r_it)),
             lambda vs: functools.reduce(torch.mul, vs),
             on_var,
+            on_union=lambda vs: 1.0 - functools.reduce(torch.mul, [1.0 - v for v in vs]),
+            on_negate=lambda v: 1.0 - (self.neg_scale * v).clamp(max=1.0),
         )
         return out

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 import torch
 from torch import Tensor
 
-from neurips26.common.checks import check_int
+from neurips26.common.checks import check_choice, check_int
 from neurips26.common.kg import filtered_ranks
 
 
@@ -100,6 +101,70 @@ def session_metrics(scores: Tensor, session: Session, k: int = 10) -> dict[str, 
         "ndcg": graded_ndcg(scores[keep], rel[keep], k=k),
         "pairwise": pairwise_accuracy(scores, session.preferred, session.other),
     }
+
+
+SESSION_MODES = ("mixed", "positive", "negative")
+
+
+def session_steps(session: Session, mode: str = "mixed", max_steps: int | None = None) -> list[Session]:
+    """The states of an interactive session: step ``t`` keeps the first ``t`` examples (spec step 7).
+
+    Examples arrive one at a time. ``mixed`` alternates positive and negative examples (positive
+    first; when one kind runs out the rest of the other follows), ``positive`` / ``negative`` use
+    only that kind. Within a kind the order of ``session.pref_ids`` is kept.
+
+    Returns
+    -------
+    list of Session
+        ``T`` sessions (``T`` = number of usable examples, capped at ``max_steps``), the ``t``-th
+        holding the first ``t`` examples; everything else is shared with ``session``.
+    """
+    check_choice("mode", mode, SESSION_MODES)
+    labels = torch.as_tensor(session.pref_labels).flatten()
+    ids = torch.as_tensor(session.pref_ids).flatten()
+    if ids.numel() != labels.numel():
+        raise ValueError(
+            f"pref_ids and pref_labels must have the same length, got {ids.numel()} and {labels.numel()}"
+        )
+    pos, neg = ids[labels == 1].tolist(), ids[labels == 0].tolist()
+    if mode == "positive":
+        order = [(p, 1) for p in pos]
+    elif mode == "negative":
+        order = [(n, 0) for n in neg]
+    else:
+        order = []
+        for i in range(max(len(pos), len(neg))):
+            order += [(p, 1) for p in pos[i : i + 1]] + [(n, 0) for n in neg[i : i + 1]]
+    if max_steps is not None:
+        order = order[: check_int("max_steps", max_steps, low=1)]
+    if not order:
+        raise ValueError(f"session has no {mode} examples")
+    out = []
+    for t in range(1, len(order) + 1):
+        out.append(
+            replace(
+                session,
+                pref_ids=torch.tensor([e for e, _ in order[:t]], dtype=torch.long),
+                pref_labels=torch.tensor([lab for _, lab in order[:t]], dtype=torch.long),
+            )
+        )
+    return out
+
+
+def interactive_metrics(
+    scorer: Callable[[Session], Tensor],
+    session: Session,
+    mode: str = "mixed",
+    max_steps: int | None = None,
+    k: int = 10,
+) -> dict:
+    """Metrics of ``scorer`` at every step of an interactive session and averaged over steps.
+
+    Returns ``{"steps": [metrics at t = 1..T], "cumulative": {metric: mean over steps}}`` with the
+    metrics of :func:`session_metrics`; ``scorer(step_session)`` returns final scores ``[N]``.
+    """
+    rows = [session_metrics(scorer(s), s, k=k) for s in session_steps(session, mode, max_steps)]
+    return {"steps": rows, "cumulative": _mean_metrics(rows)}
 
 
 def _mean_metrics(rows: list[dict[str, float]]) -> dict[str, float]:

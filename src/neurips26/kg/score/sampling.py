@@ -6,8 +6,8 @@ import torch
 from torch import Tensor
 
 from neurips26.common.checks import check_int
-from neurips26.kg.score.executor import QTOExecutor
-from neurips26.kg.score.queries import _check_structure, _is_path, _is_rels
+from neurips26.kg.score.executor import FuzzyAdjacency, QTOExecutor
+from neurips26.kg.score.queries import _check_structure, _hops, _is_neg_path, _is_path, _is_rels, _is_union
 
 
 class QuerySampler:
@@ -18,6 +18,12 @@ class QuerySampler:
     edges of the same graph) the hop into the answer of the first branch is one of them, so the
     query tends to have answers that need a held-out edge (BetaE's "hard" answers). Anchors and
     relations come in the order the executor consumes them (depth first, branches left to right).
+
+    Unions: the first branch is walked back from the answer, the others from independently drawn
+    entities (so the union has answers that one branch alone misses). Negation: the positive branches
+    of an intersection are walked back from the answer (the held-out hop goes into the first positive
+    branch), a negated branch from another entity, and the query is kept only when the answer survives
+    the negation on the symbolic graph of ``triples``.
     """
 
     def __init__(self, triples: Tensor, num_entities: int, last_edges: Tensor | None = None):
@@ -47,15 +53,26 @@ class QuerySampler:
         k = self.order_list[self.lo[cur] + int(torch.randint(0, n_in, (1,), generator=gen))]
         return self.heads[k], self.rels[k]
 
+    def _random_target(self, gen: torch.Generator) -> int:
+        return int(self.targets[int(torch.randint(0, self.targets.numel(), (1,), generator=gen))])
+
+    def _symbolic(self) -> QTOExecutor:
+        if getattr(self, "_sym", None) is None:
+            nr = int(self.triples[:, 1].max()) + 1
+            edges = {r: self.triples[self.triples[:, 1] == r][:, [0, 2]].t() for r in range(nr)}
+            self._sym = QTOExecutor(FuzzyAdjacency.from_edges(edges, self.num_entities, nr))
+        return self._sym
+
     def sample(self, structure, generator: torch.Generator) -> tuple[Tensor, Tensor]:
         """``(anchors [A], relations [P])`` long tensors for ``structure``."""
         _check_structure(structure)
         forced: list = []
+        has_negation = "'n'" in str(structure)
 
         def back(node, target: int) -> tuple[list[int], list[int]]:
-            if _is_path(node) or (len(node) == 2 and _is_rels(node[1])):
+            if _is_path(node) or _is_neg_path(node) or (len(node) == 2 and _is_rels(node[1])):
                 cur, chosen = target, []
-                for _ in node[1]:
+                for _ in range(_hops(node[1])):
                     if forced:
                         h, r = forced.pop()
                         cur = h
@@ -63,13 +80,24 @@ class QuerySampler:
                         cur, r = self._step(cur, generator)
                     chosen.append(r)
                 chosen.reverse()
-                if _is_path(node):
+                if _is_path(node) or _is_neg_path(node):
                     return [cur], chosen
                 a, rs = back(node[0], cur)
                 return a, rs + chosen
+            if _is_union(node):
+                branches = node[:-1]
+                parts = [back(branches[0], target)]
+                parts += [back(b, self._random_target(generator)) for b in branches[1:]]
+            else:
+                parts = [None] * len(node)
+                for i, b in enumerate(node):  # positive branches first: they carry the answer
+                    if not _is_neg_path(b):
+                        parts[i] = back(b, target)
+                for i, b in enumerate(node):
+                    if _is_neg_path(b):
+                        parts[i] = back(b, self._random_target(generator))
             anchors, rels = [], []
-            for b in node:
-                a, rs = back(b, target)
+            for a, rs in parts:
                 anchors += a
                 rels += rs
             return anchors, rels
@@ -87,7 +115,10 @@ class QuerySampler:
                 a, rs = back(structure, target)
             except LookupError:
                 continue
-            return torch.tensor(a, dtype=torch.long), torch.tensor(rs, dtype=torch.long)
+            a, rs = torch.tensor(a, dtype=torch.long), torch.tensor(rs, dtype=torch.long)
+            if has_negation and not self._symbolic()(structure, a, rs)[target] > 0:
+                continue
+            return a, rs
         raise ValueError("could not sample a query with an answer from these triples (100 tries)")
 
 
