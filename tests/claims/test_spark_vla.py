@@ -1,7 +1,7 @@
 """Smoke profile of the SPARK-VLA claim check: structure, arms, equal budgets. Generic smoke checks (finiteness,
 determinism, glossary, plot): test_conformance.py."""
 
-from neurips26.claims.spark_vla import BASELINES, CLAIM, METHOD
+from neurips26.claims.spark_vla import ABLATIONS, BASELINES, CLAIM, METHOD, REFERENCES, run
 
 
 def test_smoke_budget_and_frozen_base(smoke_result):
@@ -21,3 +21,17 @@ def test_smoke_budget_and_frozen_base(smoke_result):
     assert budget["implicit_align"]["frozen_in_model"] == 0
     perf = info["performance"]
     assert 0 < perf["trainable_fraction"] < 1 and perf["paper_trainable_ratio_50M_over_0.5B"] == 0.1
+
+
+def test_ablation_arms_stay_out_of_metrics():
+    # the full profile trains the ablations on its ablation seed; they are reported in info, never as metric arms
+    cfg = {**CLAIM.configs["smoke"], "ablations": list(ABLATIONS), "steps": 1}
+    res = run(cfg, seed=cfg["ablation_seed"])
+    known = {METHOD, *BASELINES, *REFERENCES}
+    for name, per_arm in res.metrics.items():
+        assert set(per_arm) <= known, name
+    assert set(res.info["ablations"]) == set(ABLATIONS)
+    assert (
+        res.info["ablations"]["spark_no_route_sup"]["tokens_forwarded"]
+        == res.metrics["tokens_forwarded"][METHOD]
+    )

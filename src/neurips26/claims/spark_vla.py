@@ -346,7 +346,7 @@ def _run(cfg: dict, seed: int) -> SeedResult:
     }
     metrics["expert_depth_r2"] = {"expert": _expert_depth_r2(expert, ehead, test, cfg["patch"])}
     metrics["probe_drop"] = drop
-    metrics["tokens_forwarded"] = {a: float(t) for a, t in tokens.items()}
+    metrics["tokens_forwarded"] = {a: float(t) for a, t in tokens.items() if a not in ablations}
     metrics["token_fraction"] = {"spark": tokens["spark"] / (2 * n)}
     spark = models["spark"]
     base_params = sum(p.numel() for p in base.parameters())
@@ -366,7 +366,7 @@ def _run(cfg: dict, seed: int) -> SeedResult:
             "the paper's 0.5B LM is a frozen/adapted pre-trained backbone",
         },
         "per_arm": rows,
-        "ablations": {a: rows[a] for a in ablations},
+        "ablations": {a: {**rows[a], "tokens_forwarded": float(tokens[a])} for a in ablations},
     }
     return SeedResult(metrics=metrics, info=info)
 
