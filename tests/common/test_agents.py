@@ -275,3 +275,82 @@ def test_two_ray_actors_give_the_same_trajectories_as_in_process(layouts, tok):
     assert [t.actions for t in local.trajectories] == [t.actions for t in remote.trajectories]
     assert [t.observations for t in local.trajectories] == [t.observations for t in remote.trajectories]
     assert torch.equal(local.response_ids, remote.response_ids) and torch.equal(local.rewards, remote.rewards)
+
+
+@pytest.fixture(scope="module")
+def tw_game():
+    (game,) = generate_textworld_games(1, seed=0, difficulty=1)
+    return game
+
+
+def test_textworld_compact_observation_anchor_pool_and_bc_data(tw_game):
+    from neurips26.common.agents import (
+        normalize_text,
+        textworld_bc_examples,
+        textworld_env_factory,
+        textworld_vocabulary,
+    )
+
+    assert normalize_text("That's it! Comic-Strip  Calendar") == "that s it comic strip calendar"
+    env = TextWorldEnv(tw_game, max_steps=20, compact=True)
+    obs, info = env.reset()
+    assert obs.startswith("goal ") and " | room " in obs and " | carrying " in obs
+    assert all(w == normalize_text(w) for w in obs.split() if w != "|")
+    assert "task for today" not in obs  # template filler dropped from the objective
+    anchor0 = info["anchor_obs"]
+    assert isinstance(anchor0, tuple) and anchor0 == tuple(sorted(anchor0))  # sorted logical facts
+    for cmd in info["policy_commands"]:
+        obs, r, done, trunc, info = env.step(cmd)
+    assert info["won"] and done and r == 10.0 and info["anchor_obs"] != anchor0
+    again, info2 = env.reset()
+    assert info2["anchor_obs"] == anchor0  # the anchor is the game state, not the history
+    vocab = textworld_vocabulary([tw_game])
+    tok = word_tokenizer(vocab, normalize=True)
+    assert tok.unk_token_id not in tok(again)["input_ids"]  # every observation word is in the vocabulary
+    assert tok("Go EAST!")["input_ids"] == tok("go east")["input_ids"]
+    ex = textworld_bc_examples([tw_game], tok, episodes_per_game=2, seed=3, expert_prob=1.0, max_steps=8)
+    assert ex == textworld_bc_examples(
+        [tw_game], tok, episodes_per_game=2, seed=3, expert_prob=1.0, max_steps=8
+    )
+    assert len(ex) == 2 * len(info2["policy_commands"])  # pure walkthrough: the shortest solution twice
+    for row in ex:
+        assert len(row["input_ids"]) == len(row["loss_mask"]) and row["loss_mask"][-1] == 1
+        assert row["input_ids"][-1] == tok.eos_token_id
+    # pooled interpreters give the same trajectories as fresh ones
+    policy = tiny_policy(tok)
+    kw = dict(group_size=3, max_steps=4, action_mode="rank", seed=5)
+    pooled = textworld_env_factory([tw_game], max_steps=4)
+    a = collect_rollouts(policy, tok, pooled, [0], **kw)
+    b = collect_rollouts(policy, tok, pooled, [0], **kw)  # second round reuses the pooled envs
+    c = collect_rollouts(policy, tok, textworld_env_factory([tw_game], max_steps=4, pool=False), [0], **kw)
+    assert [t.actions for t in a.trajectories] == [t.actions for t in b.trajectories]
+    assert [t.observations for t in a.trajectories] == [t.observations for t in c.trajectories]
+    assert a.scores.shape == (3,) and ((a.scores >= 0) & (a.scores <= 1)).all()
+    with pytest.raises(ValueError, match="task"):
+        pooled(3)
+    with pytest.raises(ValueError, match="game_files"):
+        textworld_env_factory([])
+
+
+def test_textworld_trainer_runs_two_iterations_end_to_end(tw_game):
+    """GRPO, GiGPO and RewardFlow step-level PPO on one cached TextWorld game: two iterations each."""
+    from neurips26.common.agents import textworld_env_factory, textworld_vocabulary
+    from neurips26.rl.rewardflow import make_estimator
+
+    tok = word_tokenizer(textworld_vocabulary([tw_game]), normalize=True)
+    make_env = textworld_env_factory([tw_game], max_steps=5)
+    for name in ("grpo", "gigpo", "rewardflow"):
+        policy = tiny_policy(tok, seed=2)
+        before = _params(policy).clone()
+        out = train_agent(
+            policy, tok, make_env, lambda it: [0], make_estimator(name), env_step_budget=10_000,
+            max_iterations=2, group_size=3, max_steps=5, action_mode="rank", ref_model=copy.deepcopy(policy),
+            seed=1,
+        )  # fmt: skip
+        assert out["iterations"] == 2 and all(math.isfinite(x) for x in out["curves"]["loss"])
+        moved = not torch.equal(_params(policy), before)
+        # the policy moves exactly when some step got a non-zero advantage (no KL force at the start)
+        assert torch.isfinite(_params(policy)).all() and moved == (max(out["curves"]["nonzero_adv"]) > 0)
+        assert out["env_steps"] == out["curves"]["env_steps"][-1] > 0
+    ev = evaluate_agent(policy, tok, make_env, [0], episodes_per_task=2, max_steps=5, action_mode="rank")
+    assert set(ev) >= {"success", "score", "invalid_rate"} and ev["invalid_rate"] == 0.0

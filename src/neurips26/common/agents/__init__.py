@@ -10,9 +10,10 @@ and later agent work. Pieces:
 * :class:`KeyDoorGrid`, a 5x5 text grid world (fetch the key, then reach the door; reward 10 on
   opening it), a ``gymnasium.Env`` registered as ``neurips26/KeyDoorGrid-v0``, with seeded layout
   sets (:func:`keydoor_layouts`) checked solvable by BFS within the horizon.
-* :class:`TextWorldEnv`, an adapter over ``textworld.start`` with ``EnvInfos``, and
-  :func:`generate_textworld_games` (seeded, cached under ``$NEURIPS26_CACHE``; Inform 7's side effects
-  go to a scratch HOME inside the cache, never the user's HOME).
+* :class:`TextWorldEnv`, an adapter over ``textworld.start`` with ``EnvInfos`` (feedback-text or compact
+  fact-based observations), :func:`generate_textworld_games` (seeded, cached under ``$NEURIPS26_CACHE``;
+  Inform 7's side effects go to a scratch HOME inside the cache, never the user's HOME), a pooled
+  env factory, a word vocabulary and walkthrough-plus-noise behaviour-cloning data.
 * :func:`collect_rollouts`: groups of ``N`` multi-turn rollouts per task with a causal-LM policy.
   The prompt of step ``t`` is the observation plus the previous action; the response is an action
   phrase, either generated freely (``action_mode="generate"``; text outside the admissible commands
@@ -70,7 +71,11 @@ from neurips26.common.agents.textworld import (
     TEXTWORLD_DIFFICULTY,
     TextWorldEnv,
     generate_textworld_games,
+    normalize_text,
+    textworld_bc_examples,
+    textworld_env_factory,
     textworld_game_sets,
+    textworld_vocabulary,
 )
 from neurips26.common.agents.training import (
     AgentPPOConfig,
@@ -114,7 +119,11 @@ __all__ = [
     "keydoor_vocabulary",
     "ppo_update",
     "register_envs",
+    "normalize_text",
+    "textworld_bc_examples",
+    "textworld_env_factory",
     "textworld_game_sets",
+    "textworld_vocabulary",
     "to_hashable",
     "train_agent",
     "word_tokenizer",

@@ -33,9 +33,12 @@ from neurips26.common.checks import check_choice, check_float, check_int, check_
 # ----------------------------------------------------------------------------------------------
 
 
-def word_tokenizer(words: Sequence[str], model_max_length: int = 256):
-    """Whitespace word-level ``PreTrainedTokenizerFast`` (``<pad>``=0, ``<s>``=1, ``</s>``=2, ``<unk>``=3)."""
-    from tokenizers import Tokenizer, models, pre_tokenizers, processors
+def word_tokenizer(words: Sequence[str], model_max_length: int = 256, normalize: bool = False):
+    """Whitespace word-level ``PreTrainedTokenizerFast`` (``<pad>``=0, ``<s>``=1, ``</s>``=2, ``<unk>``=3).
+
+    With ``normalize=True`` text is lower-cased and every run of characters outside ``[a-z0-9]``
+    becomes a space before splitting (as :func:`neurips26.common.agents.textworld.normalize_text`)."""
+    from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
     words = list(dict.fromkeys(words))
@@ -46,6 +49,10 @@ def word_tokenizer(words: Sequence[str], model_max_length: int = 256):
         vocab.setdefault(w, len(vocab))
     backend = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    if normalize:
+        backend.normalizer = normalizers.Sequence(
+            [normalizers.Lowercase(), normalizers.Replace(Regex("[^a-z0-9]+"), " ")]
+        )
     backend.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
     return PreTrainedTokenizerFast(
         tokenizer_object=backend,
@@ -106,6 +113,8 @@ class RolloutBatch:
     trajectories: list[Trajectory]
     success: torch.Tensor
     stats: dict[str, float] = field(default_factory=dict)
+    #: final ``info["score"] / info["max_score"]`` per episode (``max_score`` 1 when absent), shape (num_episodes,)
+    scores: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return self.response_ids.shape[0]
@@ -209,6 +218,11 @@ def _generate_actions(policy, tokenizer, prompts, max_new_tokens, temperature, g
     return results, sum(len(r) for r in out_ids)
 
 
+def _normalised_score(info: dict) -> float:
+    max_score = float(info.get("max_score", 1.0) or 1.0)
+    return float(info.get("score", 0.0)) / max_score
+
+
 def _run_episodes(
     policy, tokenizer, envs, episodes, max_steps, temperature, greedy, action_mode, max_new_tokens, seed
 ):
@@ -250,6 +264,7 @@ def _run_episodes(
                 obs, reward, terminated, truncated, info = outcome[e]
                 ep["obs"], ep["info"] = obs, info
                 ep["won"] = ep["won"] or bool(info.get("won", False))
+                ep["score"] = _normalised_score(info)
                 ep["done"] = terminated or truncated
             ep["prev"] = text if ok else "none"
             ep["anchors"].append(to_hashable(ep["info"]["anchor_obs"]))
@@ -334,7 +349,7 @@ def collect_rollouts(
         for (task, _), (obs, info) in zip(specs, states):
             episodes.append(
                 dict(task=task, obs=obs, info=info, prev=None, done=False, anchors=[to_hashable(info["anchor_obs"])],
-                     actions=[], rewards=[], steps=[], won=False)
+                     actions=[], rewards=[], steps=[], won=False, score=_normalised_score(info))
             )  # fmt: skip
         new_tokens, env_steps, policy_s = _run_episodes(
             policy,
@@ -399,6 +414,7 @@ def collect_rollouts(
         trajectories=trajs,
         success=torch.tensor([ep["won"] for ep in episodes], dtype=torch.bool),
         stats=stats,
+        scores=torch.tensor([ep["score"] for ep in episodes], dtype=torch.float32),
     )
 
 
@@ -425,7 +441,8 @@ def evaluate_agent(
     max_new_tokens: int = 4,
     seed: int = 0,
 ) -> dict[str, float]:
-    """Success rate, mean steps to success and invalid-action rate on ``tasks``."""
+    """Success rate, normalised score (final ``score / max_score``), mean steps to success and
+    invalid-action rate on ``tasks``."""
     batch = collect_rollouts(
         policy, tokenizer, make_env, tasks, group_size=episodes_per_task, max_steps=max_steps, greedy=greedy,
         action_mode=action_mode, max_new_tokens=max_new_tokens, seed=seed,
@@ -434,6 +451,7 @@ def evaluate_agent(
     won = batch.success.numpy()
     return {
         "success": float(won.mean()),
+        "score": float(batch.scores.mean()),
         "steps_to_success": float(lengths[won].mean()) if won.any() else float("nan"),
         "invalid_rate": float(batch.invalid.float().mean()),
     }
