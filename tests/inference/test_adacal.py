@@ -748,3 +748,19 @@ def test_model_calibration_on_tiny_model(tiny_model):
         model_evaluator(tiny_model, {}, cfg)
     with pytest.raises(ValueError, match="task"):
         model_evaluator(tiny_model, {"chat": examples["retrieval"]}, cfg)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+@pytest.mark.parametrize("where", ["q", "k", "v"])
+def test_nonfinite_inputs_are_named(dtype, bad, where):
+    # the one-pass aminmax check rejects exactly what isfinite(x).all() rejects, naming the tensor
+    from neurips26.inference.adacal import sparse_prefill_attention
+
+    g = torch.Generator().manual_seed(0)
+    t = {n: torch.randn(1, 2, 16, 8, generator=g).to(dtype) for n in "qkv"}
+    mask = torch.ones(4, 4, dtype=torch.bool)
+    sparse_prefill_attention(t["q"], t["k"], t["v"], mask, 4)  # finite: accepted
+    t[where][0, 1, 7, 3] = bad
+    with pytest.raises(ValueError, match=f"{where} contains NaN or inf"):
+        sparse_prefill_attention(t["q"], t["k"], t["v"], mask, 4)
