@@ -1,6 +1,8 @@
 """Smoke profile of the SCORE claim check: structure, arms, equal budgets. Generic smoke checks (finiteness,
 determinism, glossary, plot): test_conformance.py."""
 
+import pytest
+
 from neurips26.claims.score import ARMS_BY_POSITION, CLAIM, DATASETS, POSITIONS
 
 
@@ -42,9 +44,13 @@ def test_smoke_arms_sessions_and_budget(smoke_result):
             assert all(len(v[0]) == 2 * CLAIM.configs["smoke"]["examples"] for v in curve.values())
             flat = curve["unconstrained"][0]
             assert max(flat) - min(flat) < 1e-12
-            assert a["metrics"][f"pref_mrr_session_{n}_{p}"]["unconstrained"] == [
-                a["metrics"][f"pref_mrr_{n}_{p}"]["unconstrained"][0]
-            ]
+            assert a["metrics"][f"pref_mrr_session_{n}_{p}"]["unconstrained"][0] == pytest.approx(
+                a["metrics"][f"pref_mrr_{n}_{p}"]["unconstrained"][0], abs=1e-12
+            )
+            # the last step holds all examples: SCORE's final point is its full-session preference MRR
+            assert curve["score"][0][-1] == pytest.approx(
+                a["metrics"][f"pref_mrr_{n}_{p}"]["score"][0], abs=1e-12
+            )
 
 
 def test_claim_declares_items_that_resolve_every_margin():
