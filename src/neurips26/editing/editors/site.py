@@ -140,20 +140,21 @@ class _StopAtSite(Exception):
 def _logits_at(model: torch.nn.Module, positions: torch.Tensor, **inputs) -> torch.Tensor:
     """Logits ``[b, positions[b, j]]`` (B, J, V) of ``model(**inputs)``, the head run only where needed.
 
-    Models whose ``forward`` takes ``logits_to_keep`` (transformers causal LMs) get the sorted
-    distinct positions, so the output head (262k rows on Gemma-3) runs on a few positions instead of
-    all; the head is applied row by row, so the kept logits equal the full pass's. Other models run in full.
+    Models whose ``forward`` takes ``logits_to_keep`` (transformers causal LMs) get the (B, J) positions,
+    so the output head (262k rows on Gemma-3) runs on J positions per row instead of all; the head is
+    applied row by row, so the kept logits equal the full pass's. Other models run in full.
     """
     positions = positions.long()
+    per_row = positions.view(positions.shape[0], -1)  # (B, J)
     if "logits_to_keep" in inspect.signature(model.forward).parameters:
-        keep, inverse = torch.unique(positions, sorted=True, return_inverse=True)
-        logits = model(**inputs, logits_to_keep=keep).logits
-        cols = inverse
+        # a (B, J) integer tensor keeps J positions per row (transformers' slice_logits_to_keep)
+        logits = model(**inputs, logits_to_keep=per_row).logits
     else:
         logits = model(**inputs).logits
-        cols = positions
-    rows = torch.arange(positions.shape[0], device=logits.device).view(-1, *([1] * (positions.dim() - 1)))
-    return logits[rows, cols.to(logits.device)]
+        logits = logits[
+            torch.arange(per_row.shape[0], device=logits.device)[:, None], per_row.to(logits.device)
+        ]
+    return logits.view(*positions.shape, logits.shape[-1])
 
 
 def _device(model: torch.nn.Module) -> torch.device:
