@@ -537,7 +537,7 @@ CONFIGS = {
     "full": dict(_BASE, subjects=60, relations=2, objects=12, reps=10, hidden=96, intermediate=384, layers=3,
                  edit_layer=1, train_steps=1200, train_lr=3e-3, n_edits=24, value_steps=30, cov_tokens=20000,
                  n_locality=60, align_steps=120,
-                 gemma=True, gemma_seeds=(0,), gemma_targets=["de", "es"], gemma_layer=4, gemma_edits=6,
+                 gemma=True, gemma_seeds=(0,), gemma_targets=["de"], gemma_layer=4, gemma_edits=6,
                  gemma_value_steps=15, gemma_cov_chars=24000, gemma_locality=8, gemma_locality_edits=3,
                  gemma_align_steps=12, gemma_align_lr=1e-5, gemma_align_batch=16, gemma_keep_rows=2,
                  gemma_keep_len=24),
