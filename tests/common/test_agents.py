@@ -354,3 +354,26 @@ def test_textworld_trainer_runs_two_iterations_end_to_end(tw_game):
         assert out["env_steps"] == out["curves"]["env_steps"][-1] > 0
     ev = evaluate_agent(policy, tok, make_env, [0], episodes_per_task=2, max_steps=5, action_mode="rank")
     assert set(ev) >= {"success", "score", "invalid_rate"} and ev["invalid_rate"] == 0.0
+
+
+def test_textworld_text_helpers_reject_bad_input(tmp_path):
+    from neurips26.common.agents import normalize_text, textworld_bc_examples, textworld_vocabulary
+
+    with pytest.raises(TypeError, match="text must be a str"):
+        normalize_text(3)
+    with pytest.raises(ValueError, match="game_files must not be empty"):
+        textworld_vocabulary([])
+    with pytest.raises(TypeError, match="game_files must be a sequence"):
+        textworld_vocabulary("game.z8")
+    with pytest.raises(ValueError, match="no such game file"):
+        textworld_vocabulary([tmp_path / "missing.z8"])
+    with pytest.raises(ValueError, match="no such game file"):
+        textworld_bc_examples([tmp_path / "missing.z8"], None, episodes_per_game=1, seed=0)
+    for kwargs, name in (
+        (dict(episodes_per_game=0, seed=0), "episodes_per_game"),
+        (dict(episodes_per_game=1, seed=-1), "seed"),
+        (dict(episodes_per_game=1, seed=0, max_steps=0), "max_steps"),
+        (dict(episodes_per_game=1, seed=0, expert_prob=1.5), "expert_prob"),
+    ):
+        with pytest.raises(ValueError, match=name):
+            textworld_bc_examples([tmp_path / "missing.z8"], None, **kwargs)

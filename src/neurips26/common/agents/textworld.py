@@ -103,8 +103,24 @@ def textworld_game_sets(
     )
 
 
+def _check_game_files(game_files: Sequence[str | Path], suffix: str | None) -> list[Path]:
+    """``game_files`` as paths: a non-empty sequence of existing files (with ``suffix`` swapped in, if given)."""
+    if isinstance(game_files, (str, Path)) or not isinstance(game_files, Sequence):
+        raise TypeError(f"game_files must be a sequence of paths, got {type(game_files).__name__}")
+    if not game_files:
+        raise ValueError("game_files must not be empty")
+    paths = [Path(p) for p in game_files]
+    for path in paths:
+        target = path.with_suffix(suffix) if suffix else path
+        if not target.is_file():
+            raise ValueError(f"game_files: no such game file {str(target)!r}")
+    return paths
+
+
 def normalize_text(text: str) -> str:
     """Lower-case ``text`` and replace every run of characters outside ``[a-z0-9]`` by one space."""
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, got {type(text).__name__}")
     return " ".join(re.sub(r"[^a-z0-9]+", " ", text.lower()).split())
 
 
@@ -127,10 +143,11 @@ def textworld_vocabulary(game_files: Sequence[str | Path]) -> list[str]:
     Held-out games may contribute words here (their embeddings are never trained unless the words
     also occur in training games); the vocabulary is a tokenizer detail, not training data.
     """
+    paths = _check_game_files(game_files, ".json")
     import textworld
 
     words = list(COMMAND_WORDS)
-    for path in game_files:
+    for path in paths:
         game = textworld.Game.load(str(Path(path).with_suffix(".json")))
         words += normalize_text(game.objective).split()
         for info in game.infos.values():
@@ -311,9 +328,13 @@ def textworld_bc_examples(
     from neurips26.common.agents.rollout import format_prompt
 
     check_probability("expert_prob", expert_prob)
+    check_int("episodes_per_game", episodes_per_game, low=1)
+    check_int("max_steps", max_steps, low=1)
+    check_int("seed", seed, low=0)
+    paths = _check_game_files(game_files, None)
     rng = np.random.default_rng(seed)
     out = []
-    for path in game_files:
+    for path in paths:
         env = TextWorldEnv(path, max_steps=max_steps, compact=True, walkthrough=True)
         try:
             for _ in range(episodes_per_game):
