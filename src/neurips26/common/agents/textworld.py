@@ -325,7 +325,7 @@ def textworld_bc_examples(
     """Behaviour-cloning data on TextWorld games: at each step the walkthrough's next command with
     probability ``expert_prob``, else a random admissible command (walkthrough plus noise); every
     visited (prompt, command) pair is a training example, the prompt formatted as in rollouts."""
-    from neurips26.common.agents.rollout import format_prompt
+    from neurips26.common.agents.rollout import bc_example
 
     check_probability("expert_prob", expert_prob)
     check_int("episodes_per_game", episodes_per_game, low=1)
@@ -346,9 +346,7 @@ def textworld_bc_examples(
                         action = plan[0]
                     else:
                         action = cmds[int(rng.integers(len(cmds)))]
-                    prompt = tokenizer(format_prompt(obs, prev))["input_ids"]
-                    resp = tokenizer(action, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
-                    out.append({"input_ids": prompt + resp, "loss_mask": [0] * len(prompt) + [1] * len(resp)})
+                    out.append(bc_example(tokenizer, obs, prev, action))
                     obs, _, term, trunc, info = env.step(action)
                     prev = action
                     if term or trunc:
