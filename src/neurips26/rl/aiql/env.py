@@ -341,6 +341,17 @@ def heuristic_scores(obs: dict[str, np.ndarray]) -> np.ndarray:
     return np.where(mask, 1.0 / travel, -np.inf)
 
 
+def _scored_candidates(obs: dict[str, np.ndarray], budget: int) -> tuple[np.ndarray, np.ndarray]:
+    """Check a policy's inputs; return the heuristic scores ``(C,)`` and the valid rows' indices."""
+    if not isinstance(obs, dict) or not {"candidates", "mask"} <= set(obs):
+        raise TypeError(
+            f"obs must be an observation dict with 'candidates' and 'mask', got {type(obs).__name__}"
+        )
+    check_int("budget", budget, low=0)
+    scores = heuristic_scores(obs)
+    return scores, np.flatnonzero(np.isfinite(scores))
+
+
 def heuristic_policy(obs: dict[str, np.ndarray], budget: int) -> np.ndarray:
     """The greedy consolidation heuristic (the behaviour policy without noise).
 
@@ -351,14 +362,8 @@ def heuristic_policy(obs: dict[str, np.ndarray], budget: int) -> np.ndarray:
     -------
     ndarray ``(budget,)`` int64.
     """
-    if not isinstance(obs, dict) or not {"candidates", "mask"} <= set(obs):
-        raise TypeError(
-            f"obs must be an observation dict with 'candidates' and 'mask', got {type(obs).__name__}"
-        )
-    check_int("budget", budget, low=0)
-    scores = heuristic_scores(obs)
+    scores, valid = _scored_candidates(obs, budget)
     C = len(scores)
-    valid = np.flatnonzero(np.isfinite(scores))
     order = valid[np.lexsort((valid, -scores[valid]))][:budget]
     out = np.full(budget, C, dtype=np.int64)
     out[: len(order)] = order
@@ -374,14 +379,8 @@ def behaviour_policy(
 ) -> np.ndarray:
     """The logging policy: heuristic scores with Gumbel-top-B sampling at ``temperature``, each slot
     replaced by a uniformly random candidate with probability ``epsilon``."""
-    if not isinstance(obs, dict) or not {"candidates", "mask"} <= set(obs):
-        raise TypeError(
-            f"obs must be an observation dict with 'candidates' and 'mask', got {type(obs).__name__}"
-        )
-    check_int("budget", budget, low=0)
-    scores = heuristic_scores(obs)
+    scores, valid = _scored_candidates(obs, budget)
     C = len(scores)
-    valid = np.flatnonzero(np.isfinite(scores))
     out = np.full(budget, C, dtype=np.int64)
     if len(valid) == 0:
         return out
