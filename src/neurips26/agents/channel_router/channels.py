@@ -433,6 +433,16 @@ class HFChannel(Channel):
         return self.generate_batch([prompt], seed=seed, n=n)
 
 
+def _accepts_rng(fn: Callable[..., Any]) -> bool:
+    """Whether ``fn`` takes an ``rng`` keyword (judges and critics may be stochastic)."""
+    import inspect
+
+    try:
+        return "rng" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
 class Judge:
     """A verifier/LLM judge/programmatic checker: ``score(task, answer) -> [0, 1]`` with a cost per call."""
 
@@ -441,12 +451,7 @@ class Judge:
             raise TypeError(f"judge fn must be callable (task, answer) -> score, got {type(fn).__name__}")
         self.fn, self.name = fn, name
         self.cost = check_float("cost", cost, 0.0)
-        try:
-            import inspect
-
-            self._takes_rng = "rng" in inspect.signature(fn).parameters
-        except (TypeError, ValueError):
-            self._takes_rng = False
+        self._takes_rng = _accepts_rng(fn)
 
     def __call__(self, task: Task, answer: str, rng: np.random.Generator | None = None) -> float:
         score = self.fn(task, answer, rng=rng) if self._takes_rng else self.fn(task, answer)
@@ -466,12 +471,7 @@ class Critic:
             )
         self.fn, self.name = fn, name
         self.cost = check_float("cost", cost, 0.0)
-        try:
-            import inspect
-
-            self._takes_rng = "rng" in inspect.signature(fn).parameters
-        except (TypeError, ValueError):
-            self._takes_rng = False
+        self._takes_rng = _accepts_rng(fn)
 
     def __call__(self, task: Task, answer: str, rng: np.random.Generator | None = None) -> str | None:
         return self.fn(task, answer, rng=rng) if self._takes_rng else self.fn(task, answer)
