@@ -14,6 +14,7 @@ from neurips26.editing.editors.site import (
     EditSite,
     _device,
     _prefix_list,
+    _prefixed_rows,
     compute_keys,
     compute_target_values,
 )
@@ -55,11 +56,7 @@ def _stream_at(model, block_path: str, requests, prefixes) -> torch.Tensor:
     """Residual stream (block output) at the last subject token, mean over prefixes: (d_v, n)."""
     block = model.get_submodule(block_path)
     pre = _prefix_list(prefixes)
-    rows, pos = [], []
-    for r in requests:
-        for p in pre:
-            rows.append(p + r.prompt_ids)
-            pos.append(len(p) + r.subject_last)
+    rows, pos = _prefixed_rows(requests, pre)
     store = []
     handle = block.register_forward_hook(
         lambda _m, _a, out: store.append(out[0] if isinstance(out, tuple) else out)

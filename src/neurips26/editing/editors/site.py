@@ -170,6 +170,16 @@ def _prefix_list(prefixes: Sequence[Sequence[int]] | None) -> list[tuple[int, ..
     return out
 
 
+def _prefixed_rows(requests, pre: list[tuple[int, ...]]) -> tuple[list[tuple[int, ...]], list[int]]:
+    """Every (request, prefix) row, request-major, and the position of its last subject token."""
+    rows, pos = [], []
+    for r in requests:
+        for p in pre:
+            rows.append(p + r.prompt_ids)
+            pos.append(len(p) + r.subject_last)
+    return rows, pos
+
+
 def compute_keys(
     site: EditSite, requests: Sequence[TokenizedRequest], prefixes: Sequence[Sequence[int]] | None = None
 ) -> torch.Tensor:
@@ -183,11 +193,7 @@ def compute_keys(
     """
     requests = [tokenize_request(r) for r in requests]
     pre = _prefix_list(prefixes)
-    rows, pos = [], []
-    for r in requests:
-        for p in pre:
-            rows.append(p + r.prompt_ids)
-            pos.append(len(p) + r.subject_last)
+    rows, pos = _prefixed_rows(requests, pre)
     ids, mask = _batch(rows)
     device = _device(site.model)
     with torch.no_grad():
