@@ -7,7 +7,7 @@ from typing import Any
 import torch
 from transformers.cache_utils import BaseQuantizedLayer
 
-from neurips26.common.checks import check_int
+from neurips26.common.checks import check_int, check_tensor
 from neurips26.inference.quant.memory import _measured, held_bytes_report
 from neurips26.inference.quant.packing import FULL_PRECISION_BITS, check_bits
 from neurips26.inference.quant.store import BlockStore, GrowableSequence
@@ -24,12 +24,7 @@ def check_kv_states(key_states: Any, value_states: Any, layer: Any = None) -> No
     device, batch, heads and head size.
     """
     for name, t in (("key_states", key_states), ("value_states", value_states)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.is_meta:
-            raise ValueError(f"{name} is a meta tensor (no data); pass a materialised tensor")
-        if not t.is_floating_point():
-            raise TypeError(f"{name} must be a floating-point tensor, got {t.dtype}")
+        check_tensor(name, t, finite=False)
         if t.dim() != 4 or t.shape[0] == 0 or t.shape[1] == 0 or t.shape[3] == 0:
             raise ValueError(
                 f"{name} must be [batch >= 1, kv_heads, new_tokens, head_dim], got {tuple(t.shape)}"

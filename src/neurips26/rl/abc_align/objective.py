@@ -45,7 +45,14 @@ from typing import Any, Literal
 import torch
 import torch.nn.functional as F
 
-from neurips26.common.checks import check_choice, check_float, check_int, check_same_shape
+from neurips26.common.checks import (
+    check_choice,
+    check_finite,
+    check_float,
+    check_int,
+    check_same_shape,
+    check_tensor,
+)
 from neurips26.rl.abc_align.estimators import (
     RowWindow,
     _as_rows,
@@ -64,17 +71,10 @@ PROBES = ("head", "all")
 # ----------------------------------------------------------------------------- per-example losses
 def _check_real(name: str, t: Any, ndim: int | None = None) -> torch.Tensor:
     """A finite floating-point tensor with data (not meta) of ``ndim`` dimensions; raise naming ``name``."""
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if t.is_meta:
-        raise ValueError(f"{name} is a meta tensor (no data); pass a materialised tensor")
-    if not t.is_floating_point():
-        raise TypeError(f"{name} must be a floating-point tensor, got {t.dtype}")
+    check_tensor(name, t, finite=False)
     if ndim is not None and t.ndim != ndim:
         raise ValueError(f"{name} must have {ndim} dimension(s), got shape {tuple(t.shape)}")
-    if not bool(torch.isfinite(t).all()):
-        raise ValueError(f"{name} contains NaN or inf")
-    return t
+    return check_finite(name, t)
 
 
 def _check_labels(name: str, label: torch.Tensor) -> None:

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from neurips26.common.checks import check_choice, check_float, check_int
+from neurips26.common.checks import check_choice, check_float, check_int, check_tensor
 from neurips26.rl.aiql.nets import (
     CandidateScoringActor,
     StateActionCritic,
@@ -51,7 +51,7 @@ def expectile_loss(diff: torch.Tensor, tau: float) -> torch.Tensor:
         Expectile in the open interval (0, 1).
     """
     check_float("tau", tau, 0.0, 1.0, low_open=True, high_open=True)
-    _check_real("diff", diff)
+    check_tensor("diff", diff)
     if diff.numel() == 0:
         raise ValueError("diff is empty: the mean of no residuals is undefined")
     weight = torch.where(diff < 0, 1.0 - tau, tau)
@@ -59,19 +59,6 @@ def expectile_loss(diff: torch.Tensor, tau: float) -> torch.Tensor:
     if not bool(torch.isfinite(loss)):
         raise ValueError(f"diff is too large: its squared residuals overflow {diff.dtype}")
     return loss
-
-
-def _check_real(name: str, t: Any) -> torch.Tensor:
-    """A finite floating-point tensor with data (not meta); raise naming ``name`` otherwise."""
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if t.is_meta:
-        raise ValueError(f"{name} is a meta tensor (no data); pass a materialised tensor")
-    if not t.is_floating_point():
-        raise TypeError(f"{name} must be a floating-point tensor, got {t.dtype}")
-    if not bool(torch.isfinite(t).all()):
-        raise ValueError(f"{name} contains NaN or inf")
-    return t
 
 
 def _check_batch(batch: Batch) -> None:
@@ -350,8 +337,8 @@ class BayesianRewardPredictor:
 
     def fit(self, X: torch.Tensor, y: torch.Tensor) -> BayesianRewardPredictor:
         """Fit on inputs ``X`` ``(M, d)`` and targets ``y`` ``(M,)``; returns ``self``."""
-        _check_real("X", X)
-        _check_real("y", y)
+        check_tensor("X", X)
+        check_tensor("y", y)
         if X.ndim != 2 or y.ndim != 1 or X.shape[0] != y.shape[0] or X.shape[0] == 0:
             raise ValueError(
                 f"fit needs X (M, d) and y (M,) with M >= 1, got {tuple(X.shape)}, {tuple(y.shape)}"
@@ -371,7 +358,7 @@ class BayesianRewardPredictor:
         """Predictive mean and standard deviation ``(M',)``, ``(M',)`` (float64)."""
         if not self.fitted:
             raise RuntimeError("call fit() before predict()")
-        _check_real("X", X)
+        check_tensor("X", X)
         P = self._phi(X)
         if self.backend == "ensemble":
             preds = torch.stack([P @ w for w in self.ensemble])
