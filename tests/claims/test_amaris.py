@@ -1,7 +1,14 @@
 """Smoke profile of the AMARIS claim check: structure, arms. Generic smoke checks (finiteness, determinism,
-glossary, plot): test_conformance.py."""
+glossary, plot): test_conformance.py. The opt-in SmolLM2 + LoRA arm (``SMOLLM2_CLAIM``) runs here on its smoke
+config, which swaps SmolLM2 for a tiny random Llama: wiring, equal grids, determinism through the cache, and the
+exactness of the cached-prefix shortcut it relies on."""
 
-from neurips26.claims.amaris import CLAIM
+import math
+
+import pytest
+import torch
+
+from neurips26.claims.amaris import CLAIM, SMOLLM2_CLAIM, SMOLLM2_CONFIGS, TopStack, _run, prefix_hidden
 
 
 def test_smoke_arms_and_budget(smoke_result):
@@ -14,3 +21,96 @@ def test_smoke_arms_and_budget(smoke_result):
     info = a["info"][0]
     assert set(info["budget"]["grid_points"].values()) == {4}  # equal grid size for every arm
     assert set(info["sweeps"]) == {CLAIM.method, *CLAIM.baselines}
+    assert "smollm2" not in info  # the SmolLM2 arm is opt-in
+
+
+def test_smollm2_arm_is_opt_in_only():
+    assert all(not cfg.get("smollm2") for cfg in CLAIM.configs.values())
+    assert all(cfg["smollm2"] and cfg["tiny"] is False for cfg in SMOLLM2_CLAIM.configs.values())
+    assert SMOLLM2_CLAIM.configs["full"]["smollm2"]["model"] == "smollm2-135m"
+    with pytest.raises(ValueError, match="no arm"):
+        _run({**SMOLLM2_CONFIGS["smoke"], "smollm2": None}, 0)
+
+
+def _tiny_lm(tiny_llama):
+    lm = tiny_llama(seed=0, vocab_size=40, num_hidden_layers=3, hidden_size=32, intermediate_size=48)
+    return lm.eval()
+
+
+def test_cached_prefix_then_top_layers_equals_full_forward(tiny_llama, one_thread):
+    from peft import LoraConfig, get_peft_model
+
+    lm = _tiny_lm(tiny_llama)
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(4, 40, (3, 9), generator=g)
+    mask = torch.ones_like(ids)
+    mask[1, 6:] = 0  # right padding
+    with torch.no_grad():
+        ref = lm(input_ids=ids, attention_mask=mask).logits
+    for start in (1, 2):
+        h = prefix_hidden(lm, ids, mask, start)
+        with torch.no_grad():
+            out = lm.lm_head(TopStack(lm, start)(h, mask))
+        keep = mask.bool()
+        assert torch.allclose(out[keep], ref[keep], atol=1e-5)
+    assert len(lm.model.layers) == 3  # the stack is restored
+    # with a LoRA specialist on the top layer only
+    torch.manual_seed(0)
+    pm = get_peft_model(
+        lm,
+        LoraConfig(
+            r=2, target_modules=["up_proj", "q_proj"], layers_to_transform=[2], init_lora_weights=False
+        ),
+    )
+    with torch.no_grad():
+        ref = pm(input_ids=ids, attention_mask=mask).logits
+        out = pm.get_base_model().lm_head(TopStack(pm, 2)(prefix_hidden(pm, ids, mask, 2), mask))
+    assert torch.allclose(out[mask.bool()], ref[mask.bool()], atol=1e-5)
+    with pytest.raises(ValueError, match="start"):
+        prefix_hidden(lm, ids, mask, 3)
+
+
+@pytest.fixture(scope="module")
+def smol_runs(tmp_path_factory):
+    import os
+
+    old = os.environ.get("NEURIPS26_CACHE")
+    os.environ["NEURIPS26_CACHE"] = str(tmp_path_factory.mktemp("amaris_cache"))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        first = _run(SMOLLM2_CONFIGS["smoke"], 0)  # builds the cached sets and LoRA specialist
+        second = _run(SMOLLM2_CONFIGS["smoke"], 0)  # loads them
+    finally:
+        torch.set_num_threads(threads)
+        if old is None:
+            os.environ.pop("NEURIPS26_CACHE")
+        else:
+            os.environ["NEURIPS26_CACHE"] = old
+    return first, second
+
+
+def test_smollm2_arm_smoke_structure_and_budget(smol_runs):
+    res, _ = smol_runs
+    arms = {SMOLLM2_CLAIM.method, *SMOLLM2_CLAIM.baselines}
+    for name in ("smol_hypervolume", "smol_core_at_spec90", "smol_core_at_spec98", "smol_spec_retention_max"):
+        assert set(res.metrics[name]) == arms
+    assert set(res.metrics["smol_acc_core"]) == {"base", "specialist"}
+    for arms_ in res.metrics.values():
+        assert all(math.isfinite(v) for v in arms_.values())
+    info = res.info["smollm2"]
+    assert set(info["budget"]["grid_points"].values()) == {4}
+    assert info["budget"]["merged_tensors"] == 7  # one LoRA layer, seven linear modules
+    assert set(info["points"]) == arms and all(len(v) == 4 for v in info["points"].values())
+    # task arithmetic at alpha = 1 is the specialist itself: its point is (1, specialist core retention)
+    ta = dict(zip([g["alpha"] for g in info["grids"]["task_arithmetic"]], info["points"]["task_arithmetic"]))
+    spec_acc = res.metrics["smol_acc_spec"]["specialist"]
+    if spec_acc > 0:
+        assert ta[1.0][0] == pytest.approx(1.0)
+    assert ta[1.0][1] == pytest.approx(res.metrics["smol_core_retention"]["specialist"], rel=1e-9)
+
+
+def test_smollm2_arm_deterministic_through_cache(smol_runs):
+    first, second = smol_runs
+    assert first.metrics == second.metrics
+    assert first.info["smollm2"]["points"] == second.info["smollm2"]["points"]

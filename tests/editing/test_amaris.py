@@ -37,8 +37,16 @@ def _psd(d, seed, scale=None):
 
 
 def _tiny(seed):
-    return build_tiny_lm("llama", vocab_size=30, seed=seed, hidden_size=16, intermediate_size=32,
-                         num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1)
+    return build_tiny_lm(
+        "llama",
+        vocab_size=30,
+        seed=seed,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +77,9 @@ def test_gate_is_projector_within_budget_and_capture_monotone():
 
 def test_generalized_eigen_residual_and_paths_agree():
     g = torch.Generator().manual_seed(3)
-    dW = torch.randn(6, 4, dtype=torch.float64, generator=g) @ torch.randn(4, 9, dtype=torch.float64, generator=g)
+    dW = torch.randn(6, 4, dtype=torch.float64, generator=g) @ torch.randn(
+        4, 9, dtype=torch.float64, generator=g
+    )
     Cs, Cb = _psd(9, 4), _psd(9, 5)
     Q_row, s_row = amaris_gate(dW, Cs, Cb, budget=0.3, path="rowspace")
     Q_full, s_full = amaris_gate(dW, Cs, Cb, budget=0.3, path="full")
@@ -96,7 +106,9 @@ def test_full_budget_equals_peft_task_arithmetic_and_zero_is_base():
     full = amaris(taus, w, Cs, Cb, budget=1.0, eps_rel=1e-12)
     assert torch.allclose(full, task_arithmetic([t.clone() for t in taus], w.clone()), atol=1e-8)
     assert torch.equal(amaris(taus, w, Cs, Cb, budget=0.0), torch.zeros(8, 5, dtype=torch.float64))
-    assert torch.equal(amaris(taus, w, Cs, Cb, budget=1.0, max_rank=0), torch.zeros(8, 5, dtype=torch.float64))
+    assert torch.equal(
+        amaris(taus, w, Cs, Cb, budget=1.0, max_rank=0), torch.zeros(8, 5, dtype=torch.float64)
+    )
 
 
 def test_state_dict_merge_endpoints(pair):
@@ -106,7 +118,9 @@ def test_state_dict_merge_endpoints(pair):
     m1, _ = amaris_merge(base, spec, ms, mb, AmarisConfig(budget=1.0, max_rank_frac=1.0, eps_rel=1e-12))
     for name in ms:
         assert torch.allclose(m1[f"{name}.weight"], spec[f"{name}.weight"], atol=1e-5)
-    assert set(m1) == set(base) and all(m1[k].dtype == base[k].dtype and m1[k].shape == base[k].shape for k in base)
+    assert set(m1) == set(base) and all(
+        m1[k].dtype == base[k].dtype and m1[k].shape == base[k].shape for k in base
+    )
     assert torch.equal(m1["model.embed_tokens.weight"], base["model.embed_tokens.weight"])  # other="base"
 
 
@@ -149,7 +163,10 @@ def test_baselines_dare_unbiased_ties_density_one(pair):
     assert torch.allclose(ti[key], ta[key], atol=1e-6)
     mean = sum(dare_merge(base, [spec], 0.5, 0.8, seed=s, keys=[key])[key] for s in range(200)) / 200
     assert (mean - ta[key]).abs().mean() < 0.1 * (0.8 * delta).abs().mean()
-    a, b = dare_merge(base, [spec], 0.5, 0.8, seed=3, keys=[key]), dare_merge(base, [spec], 0.5, 0.8, seed=3, keys=[key])
+    a, b = (
+        dare_merge(base, [spec], 0.5, 0.8, seed=3, keys=[key]),
+        dare_merge(base, [spec], 0.5, 0.8, seed=3, keys=[key]),
+    )
     assert torch.equal(a[key], b[key])
 
 
@@ -163,8 +180,12 @@ def test_lora_full_budget_equals_merge_and_unload():
     names = [n for n, _ in base.named_modules() if n.endswith(tuple(targets))]
     moments = collect_activation_moments(base, batches, modules=names)
     ref_sd = {k: v.clone() for k, v in base.state_dict().items()}
-    peft_model = get_peft_model(base, LoraConfig(r=2, lora_alpha=4, target_modules=targets, init_lora_weights=False))
-    merged, rep = amaris_merge_lora(peft_model, moments, moments, AmarisConfig(budget=1.0, max_rank_frac=1.0, eps_rel=1e-12))
+    peft_model = get_peft_model(
+        base, LoraConfig(r=2, lora_alpha=4, target_modules=targets, init_lora_weights=False)
+    )
+    merged, rep = amaris_merge_lora(
+        peft_model, moments, moments, AmarisConfig(budget=1.0, max_rank_frac=1.0, eps_rel=1e-12)
+    )
     unloaded = peft_model.merge_and_unload().state_dict()
     for k, v in merged.items():
         assert torch.allclose(v, unloaded[k], atol=1e-5), k
@@ -204,3 +225,62 @@ def test_budget_respected_property(budget, seed):
     Q, s = amaris_gate(dW, Cs, Cb, budget=budget)
     assert s["deviation"] <= budget + 1e-9
     assert torch.allclose(Q.T @ Q, torch.eye(Q.shape[1], dtype=torch.float64), atol=1e-8)
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 1000), r=st.integers(1, 5), budget=st.floats(0.0, 1.0))
+def test_factored_svd_path_equals_dense(seed, r, budget):
+    g = torch.Generator().manual_seed(seed)
+    F = torch.randn(9, r, dtype=torch.float64, generator=g)
+    G = torch.randn(r, 7, dtype=torch.float64, generator=g)
+    Cs, Cb = _psd(7, seed), _psd(7, seed + 1)
+    Q_d, s_d = amaris_gate(F @ G, Cs, Cb, budget=budget)
+    Q_f, s_f = amaris_gate(F @ G, Cs, Cb, budget=budget, factors=(F, G))
+    assert s_d["k"] == s_f["k"] and s_d["rank"] == s_f["rank"] == r
+    assert torch.allclose(Q_d @ Q_d.T, Q_f @ Q_f.T, atol=1e-8)
+    assert abs(s_d["deviation"] - s_f["deviation"]) < 1e-9 and abs(s_d["capture"] - s_f["capture"]) < 1e-9
+    # the row-space path's deviation is that of the full output space
+    B = (F @ G) @ Cb @ (F @ G).T
+    if Q_f.shape[1]:
+        assert abs(float(torch.trace(Q_f.T @ B @ Q_f) / torch.trace(B)) - s_f["deviation"]) < 1e-9
+    with pytest.raises(ValueError, match="factors"):
+        amaris_gate(F @ G, Cs, Cb, factors=(F, G.T))
+
+
+def test_lora_factored_merge_equals_dense_merge():
+    from peft import LoraConfig, get_peft_model
+
+    base = _tiny(0)
+    g = torch.Generator().manual_seed(5)
+    targets = ["q_proj", "up_proj", "down_proj"]
+    names = [n for n, _ in base.named_modules() if n.endswith(tuple(targets))]
+    ms = collect_activation_moments(
+        base, [{"input_ids": torch.randint(4, 30, (3, 7), generator=g)}], modules=names
+    )
+    mb = collect_activation_moments(
+        base, [{"input_ids": torch.randint(4, 30, (3, 7), generator=g)}], modules=names
+    )
+    torch.manual_seed(0)
+    pm = get_peft_model(base, LoraConfig(r=2, lora_alpha=8, target_modules=targets, init_lora_weights=False))
+    for budget in (0.0, 0.3, 1.0):
+        cfg = AmarisConfig(budget=budget, max_rank_frac=1.0)
+        fast, rep_f = amaris_merge_lora(pm, ms, mb, cfg)
+        slow, rep_s = amaris_merge_lora(pm, ms, mb, cfg, use_factors=False)
+        assert set(fast) == set(slow) == {f"{n}.weight" for n in names}
+        for k in fast:
+            assert torch.allclose(fast[k], slow[k], atol=1e-6), k
+        assert [v["k"] for v in rep_f.layers.values()] == [v["k"] for v in rep_s.layers.values()]
+
+
+def test_moments_from_inputs_embeds_equal_input_ids():
+    model = _tiny(0)
+    g = torch.Generator().manual_seed(4)
+    ids = torch.randint(4, 30, (2, 6), generator=g)
+    mask = torch.tensor([[1] * 6, [1] * 4 + [0] * 2])
+    a = collect_activation_moments(model, [{"input_ids": ids, "attention_mask": mask}])
+    with torch.no_grad():
+        embeds = model.get_input_embeddings()(ids)
+    b = collect_activation_moments(model, [{"inputs_embeds": embeds, "attention_mask": mask}])
+    assert set(a) == set(b)
+    for k in a:
+        assert torch.allclose(a[k], b[k], atol=1e-10), k
