@@ -1,5 +1,8 @@
 """Tests of the shared KG substrate: PyKEEN's bundled splits, the community KG, filtered ranking."""
 
+import hashlib
+
+import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
@@ -10,12 +13,14 @@ from neurips26.common.kg import (
     add_inverse,
     check_queries,
     check_triples,
+    community_ids,
     community_kg,
     filtered_ranks,
     known_tails,
     load_pykeen_dataset,
     positive_mask,
     ranking_metrics,
+    split_triples,
 )
 
 
@@ -141,3 +146,50 @@ def test_bad_ids_raise():
 
 def test_all_datasets_listed():
     assert PYKEEN_DATASETS == ("nations", "kinships", "umls")
+
+
+def kg_digest(kg) -> str:
+    """A digest of every tensor and scalar of a :class:`KGSplits` (bit-level)."""
+    h = hashlib.sha256()
+    for t in (kg.train, kg.valid, kg.test, kg.community):
+        h.update(str(tuple(t.shape)).encode())
+        h.update(t.numpy().tobytes())
+    h.update(f"{kg.name}|{kg.num_entities}|{kg.num_relations}".encode())
+    return h.hexdigest()[:16]
+
+
+@pytest.mark.parametrize(
+    "kwargs,digest",
+    [
+        ({"num_entities": 300, "seed": 0}, "d5bdbeaef8331d2a"),
+        ({"num_entities": 1000, "community_size": 100, "seed": 3}, "aae51731b5ec41e6"),
+        ({"num_entities": 57, "community_size": 10, "num_relations": 5, "num_rules": 0, "seed": 1}, "3a914194c68c2982"),
+        (
+            {"num_entities": 200, "intra": 0.5, "num_rules": 3, "rule_fraction": 0.5, "valid_fraction": 0.1,
+             "test_fraction": 0.2, "seed": 7},
+            "0062508d72a03b88",
+        ),
+    ],
+)  # fmt: skip
+def test_community_kg_bit_identical_to_before_the_shared_split(kwargs, digest):
+    # digests recorded from community_kg before split_triples / community_ids were factored out of it
+    assert kg_digest(community_kg(**kwargs)) == digest
+
+
+def test_split_triples_drops_duplicates_and_self_loops():
+    parts = [np.array([[0, 0, 1], [0, 0, 1], [2, 1, 2], [1, 0, 2]]), np.array([[3, 1, 0], [0, 0, 1]])]
+    kg = split_triples(
+        parts, np.random.default_rng(0), name="x", num_relations=2, community=community_ids(4, 2),
+        valid_fraction=0.34, test_fraction=0.34,
+    )  # fmt: skip
+    rows = {tuple(r) for t in (kg.train, kg.valid, kg.test) for r in t.tolist()}
+    assert rows == {(0, 0, 1), (1, 0, 2), (3, 1, 0)}
+    assert (len(kg.valid), len(kg.test), len(kg.train)) == (1, 1, 1)
+    assert kg.num_entities == 4 and kg.community.tolist() == [0, 0, 1, 1]
+
+
+def test_community_ids_consecutive_blocks_last_holds_the_rest():
+    assert community_ids(7, 3).tolist() == [0, 0, 0, 1, 1, 1, 2]
+    assert community_ids(2, 5).tolist() == [0, 0]
+    with pytest.raises(ValueError, match="community_size"):
+        community_ids(5, 0)

@@ -53,6 +53,9 @@ __all__ = [
     "KGSplits",
     "load_pykeen_dataset",
     "community_kg",
+    "check_community_args",
+    "community_ids",
+    "split_triples",
     "add_inverse",
     "check_triples",
     "check_queries",
@@ -211,18 +214,20 @@ def community_kg(
     KGSplits
         With ``community`` set.
     """
-    n = check_int("num_entities", num_entities, low=2)
-    cs = check_int("community_size", community_size, low=1)
-    check_float("intra", intra, 0.0, 1.0)
+    n, cs = check_community_args(
+        num_entities,
+        community_size,
+        intra,
+        avg_out_degree,
+        rule_fraction,
+        valid_fraction,
+        test_fraction,
+        seed,
+    )
     nr = check_int("num_relations", num_relations, low=1)
     nrule = check_int("num_rules", num_rules, low=0, high=nr - 1)
-    check_float("avg_out_degree", avg_out_degree, 0.0, low_open=True)
-    check_float("rule_fraction", rule_fraction, 0.0, 1.0, high_open=True)
-    check_float("valid_fraction", valid_fraction, 0.0, 0.5)
-    check_float("test_fraction", test_fraction, 0.0, 0.5)
-    check_int("seed", seed, low=0)
     rng = np.random.default_rng(seed)
-    comm = np.minimum(np.arange(n) // cs, max((n - 1) // cs, 0))
+    comm = community_ids(n, cs)
     num_comm = int(comm.max()) + 1
     members = [np.flatnonzero(comm == c) for c in range(num_comm)]
     total = int(round(n * avg_out_degree))
@@ -259,19 +264,95 @@ def community_kg(
                     break
         if out:
             triples.append(np.asarray(out, dtype=np.int64).reshape(-1, 3))
-    allt = np.unique(np.concatenate(triples), axis=0)
+    return split_triples(
+        triples, rng, name=f"community_kg_n{n}_s{seed}", num_relations=nr, community=comm,
+        valid_fraction=valid_fraction, test_fraction=test_fraction,
+    )  # fmt: skip
+
+
+def check_community_args(
+    num_entities: int,
+    community_size: int,
+    intra: float,
+    avg_out_degree: float,
+    rule_fraction: float,
+    valid_fraction: float,
+    test_fraction: float,
+    seed: int,
+) -> tuple[int, int]:
+    """Check the arguments the synthetic community KGs share (see :func:`community_kg`).
+
+    Returns
+    -------
+    (int, int)
+        ``num_entities`` and ``community_size``.
+    """
+    n = check_int("num_entities", num_entities, low=2)
+    cs = check_int("community_size", community_size, low=1)
+    check_float("intra", intra, 0.0, 1.0)
+    check_float("avg_out_degree", avg_out_degree, 0.0, low_open=True)
+    check_float("rule_fraction", rule_fraction, 0.0, 1.0, high_open=True)
+    check_float("valid_fraction", valid_fraction, 0.0, 0.5)
+    check_float("test_fraction", test_fraction, 0.0, 0.5)
+    check_int("seed", seed, low=0)
+    return n, cs
+
+
+def community_ids(num_entities: int, community_size: int) -> np.ndarray:
+    """Community of every entity: consecutive blocks of ``community_size``; the last holds what is left.
+
+    Shapes: returns ``[num_entities]`` int64.
+    """
+    n = check_int("num_entities", num_entities, low=1)
+    cs = check_int("community_size", community_size, low=1)
+    return np.minimum(np.arange(n) // cs, max((n - 1) // cs, 0))
+
+
+def split_triples(
+    parts: list[np.ndarray],
+    rng: np.random.Generator,
+    *,
+    name: str,
+    num_relations: int,
+    community: np.ndarray,
+    valid_fraction: float,
+    test_fraction: float,
+) -> KGSplits:
+    """Pool blocks of ``(h, r, t)`` triples into shuffled train/valid/test splits of a synthetic KG.
+
+    Duplicates and self-loops ``(e, r, e)`` are dropped, the rest is shuffled with ``rng`` (one
+    permutation draw) and split: the first ``int(T * valid_fraction)`` triples are ``valid``, the next
+    ``int(T * test_fraction)`` are ``test``, the rest ``train``.
+
+    Parameters
+    ----------
+    parts : list of ndarray
+        Blocks of ``[T_i, 3]`` integer triples.
+    rng : numpy.random.Generator
+        The generator that drew the triples (its state decides the shuffle).
+    name : str
+    num_relations : int
+    community : ndarray
+        ``[N]`` community of every entity (``N`` = number of entities).
+    valid_fraction, test_fraction : float
+
+    Returns
+    -------
+    KGSplits
+    """
+    allt = np.unique(np.concatenate(parts), axis=0)
     allt = allt[allt[:, 0] != allt[:, 2]]
     allt = allt[rng.permutation(len(allt))]
     n_valid, n_test = int(len(allt) * valid_fraction), int(len(allt) * test_fraction)
     tt = torch.as_tensor(allt, dtype=torch.long)
     return KGSplits(
-        name=f"community_kg_n{n}_s{seed}",
-        num_entities=n,
-        num_relations=nr,
+        name=name,
+        num_entities=len(community),
+        num_relations=num_relations,
         train=tt[n_valid + n_test :],
         valid=tt[:n_valid],
         test=tt[n_valid : n_valid + n_test],
-        community=torch.as_tensor(comm, dtype=torch.long),
+        community=torch.as_tensor(community, dtype=torch.long),
     )
 
 

@@ -24,10 +24,9 @@ Shapes
 from __future__ import annotations
 
 import numpy as np
-import torch
 
-from neurips26.common.checks import check_float, check_int
-from neurips26.common.kg import KGSplits
+from neurips26.common.checks import check_int
+from neurips26.common.kg import KGSplits, check_community_args, community_ids, split_triples
 
 __all__ = ["rule_community_kg"]
 
@@ -50,10 +49,8 @@ def rule_community_kg(
 
     Parameters
     ----------
-    num_entities : int
-        ``N >= 2``.
-    community_size : int, default 100
-        Entities per community (the last one takes the remainder).
+    num_entities, community_size, valid_fraction, test_fraction, seed
+        As in :func:`~neurips26.common.kg.community_kg` (the same defaults).
     intra : float, default 0.95
         Probability that a base or symmetric triple stays inside the head's community.
     num_relations : int, default 20
@@ -67,32 +64,30 @@ def rule_community_kg(
         pairs, about 2.75 triples per entity at the defaults, close to ``community_kg``'s 3).
     rule_fraction : float, default 0.25
         Share of that budget produced by composition rules (0 when there are no rule relations).
-    valid_fraction, test_fraction : float, default 0.05
-        Held-out shares, drawn uniformly at random.
-    seed : int, default 0
-        Everything is a function of the seed.
 
     Returns
     -------
     KGSplits
         With ``community`` set.
     """
-    n = check_int("num_entities", num_entities, low=2)
-    cs = check_int("community_size", community_size, low=1)
-    check_float("intra", intra, 0.0, 1.0)
+    n, cs = check_community_args(
+        num_entities,
+        community_size,
+        intra,
+        avg_out_degree,
+        rule_fraction,
+        valid_fraction,
+        test_fraction,
+        seed,
+    )
     nr = check_int("num_relations", num_relations, low=2)
     nb = check_int("num_base", num_base, low=1)
     ns = check_int("num_symmetric", num_symmetric, low=0)
     if 2 * nb + ns > nr:
         raise ValueError(f"num_relations ({nr}) must be >= 2 * num_base + num_symmetric ({2 * nb + ns})")
-    check_float("avg_out_degree", avg_out_degree, 0.0, low_open=True)
-    check_float("rule_fraction", rule_fraction, 0.0, 1.0, high_open=True)
-    check_float("valid_fraction", valid_fraction, 0.0, 0.5)
-    check_float("test_fraction", test_fraction, 0.0, 0.5)
-    check_int("seed", seed, low=0)
     rng = np.random.default_rng(seed)
     n_rules = nr - 2 * nb - ns
-    comm = np.minimum(np.arange(n) // cs, max((n - 1) // cs, 0))
+    comm = community_ids(n, cs)
     start = np.arange(comm.max() + 1) * cs
     size = np.bincount(comm)
 
@@ -139,17 +134,7 @@ def rule_community_kg(
                     break
         if out:
             parts.append(np.asarray(out, dtype=np.int64).reshape(-1, 3))
-    allt = np.unique(np.concatenate(parts), axis=0)
-    allt = allt[allt[:, 0] != allt[:, 2]]
-    allt = allt[rng.permutation(len(allt))]
-    n_valid, n_test = int(len(allt) * valid_fraction), int(len(allt) * test_fraction)
-    tt = torch.as_tensor(allt, dtype=torch.long)
-    return KGSplits(
-        name=f"rule_community_kg_n{n}_s{seed}",
-        num_entities=n,
-        num_relations=nr,
-        train=tt[n_valid + n_test :],
-        valid=tt[:n_valid],
-        test=tt[n_valid : n_valid + n_test],
-        community=torch.as_tensor(comm, dtype=torch.long),
-    )
+    return split_triples(
+        parts, rng, name=f"rule_community_kg_n{n}_s{seed}", num_relations=nr, community=comm,
+        valid_fraction=valid_fraction, test_fraction=test_fraction,
+    )  # fmt: skip
