@@ -875,7 +875,8 @@ CLAIM = Claim(
         "DARE's masks, so the spread reflects evaluation sampling, not training. Grids: 4 points per arm "
         "(TIES and DARE 2 densities x 2 scales); AMARIS budgets {0.05, 0.2, 0.5, 0.9} with max_rank_frac 1 so that the "
         "budget is its only knob and its grid reaches the specialist end like the baselines' scales. The "
-        "LoRA-specialist SmolLM2 arm was not run (amaris_merge_lora is implemented and tested)."
+        "SmolLM2-135M + LoRA arm is not in this check's full profile (over its 600 s budget): it is the separate, "
+        "opt-in SMOLLM2_CLAIM in the same module (run_claim(SMOLLM2_CLAIM, profile))."
     ),
     data="Generated digit tasks: copy and reverse (core), every digit of a 4-6 digit string + 3 mod 10 (specialist).",
     plot=plot,
