@@ -377,3 +377,43 @@ def test_textworld_text_helpers_reject_bad_input(tmp_path):
     ):
         with pytest.raises(ValueError, match=name):
             textworld_bc_examples([tmp_path / "missing.z8"], None, **kwargs)
+
+
+def test_textworld_anonymized_observation_commands_and_walkthrough(tw_game):
+    from neurips26.common.agents import (
+        anonymize_text,
+        entity_placeholders,
+        placeholder_words,
+        textworld_bc_examples,
+        textworld_vocabulary,
+    )
+
+    names = entity_placeholders(
+        [("o", "Soap Dispenser"), ("s", "rack"), ("o", "bug"), ("r", "Garage")], "Put the bug on the rack."
+    )
+    assert names == {
+        "bug": "o1",
+        "soap dispenser": "o2",
+        "rack": "s1",
+        "garage": "r1",
+    }  # objective order first
+    assert anonymize_text("take Soap Dispenser from rack", names) == "take o2 from s1"
+    assert anonymize_text("examine rack rack", names) == "examine s1 s1"
+    env = TextWorldEnv(tw_game, max_steps=20, compact=True, anonymize=True)
+    plain = TextWorldEnv(tw_game, max_steps=20, compact=True)
+    obs, info = env.reset()
+    obs_plain, info_plain = plain.reset()
+    vocab = set(placeholder_words())
+    assert info["anchor_obs"] == info_plain["anchor_obs"]  # the anchor state is the game's facts either way
+    assert obs != obs_plain and obs.split(" | room ")[1].split()[0] in vocab  # the room is a placeholder
+    assert len(info["admissible_commands"]) == len(info_plain["admissible_commands"])
+    for cmd in info["policy_commands"]:  # the anonymised walkthrough still wins through step()
+        assert cmd in info["admissible_commands"]
+        obs, r, done, trunc, info = env.step(cmd)
+    assert info["won"] and done and r == 10.0
+    tok = word_tokenizer(textworld_vocabulary([tw_game], placeholders=True), normalize=True)
+    assert tok.unk_token_id not in tok(obs)["input_ids"]
+    ex = textworld_bc_examples([tw_game], tok, episodes_per_game=1, seed=0, expert_prob=1.0, anonymize=True)
+    assert len(ex) == len(info_plain["policy_commands"])
+    with pytest.raises(ValueError, match="anonymize"):
+        TextWorldEnv(tw_game, compact=False, anonymize=True)

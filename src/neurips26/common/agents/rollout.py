@@ -124,13 +124,13 @@ class RolloutBatch:
         return np.array([t.episode_return for t in self.trajectories])
 
 
-
 def bc_example(tokenizer: Any, obs: str, prev: str | None, action: str) -> dict[str, list[int]]:
     """One behaviour-cloning example: the rollout prompt for ``(obs, prev)`` followed by ``action`` and EOS,
     with the loss on the response tokens only (``input_ids`` and ``loss_mask`` of equal length)."""
     prompt = tokenizer(format_prompt(obs, prev))["input_ids"]
     resp = tokenizer(action, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
     return {"input_ids": prompt + resp, "loss_mask": [0] * len(prompt) + [1] * len(resp)}
+
 
 def _pad(rows: list[list[int]], pad: int, left: bool) -> tuple[torch.Tensor, torch.Tensor]:
     width = max(len(r) for r in rows)

@@ -136,9 +136,57 @@ _OBJECTIVE_WORDS = frozenset(
     COMMAND_WORDS + "unlocked locked shut closed opened inside within floor ground onto then".split()
 )
 
+#: Entity types of TextWorld's default grammar with their own placeholder letter (others use ``x``):
+#: room, door, container, supporter, portable object, key, food.
+_PLACEHOLDER_TYPES = "rdcsokf"
+#: Placeholders per letter (``o1`` ... ``o12``); a game with more entities of one type reuses the last.
+MAX_PLACEHOLDERS = 12
 
-def textworld_vocabulary(game_files: Sequence[str | Path]) -> list[str]:
-    """Normalised words of the games' objectives, entity names and TextWorld's command words.
+
+def placeholder_words() -> list[str]:
+    """Every entity placeholder of the anonymised compact observation (``r1`` ... ``x12``)."""
+    return [f"{t}{i}" for t in _PLACEHOLDER_TYPES + "x" for i in range(1, MAX_PLACEHOLDERS + 1)]
+
+
+def entity_placeholders(entities: Sequence[tuple[str, str]], objective: str) -> dict[str, str]:
+    """Map normalised entity names to type-lettered placeholders (``o1``, ``c2``, ``r3``, ...).
+
+    Per type letter, entities are numbered in order of their first mention in the normalised
+    ``objective``, then the unmentioned ones by name, so the numbering is a function of the game
+    alone. ``entities`` holds ``(type, name)`` pairs; unnamed entities are skipped.
+    """
+    text = f" {normalize_text(objective)} "
+    names: dict[str, str] = {}
+    for kind, name in entities:
+        norm = normalize_text(name or "")
+        if norm and norm not in names:
+            names[norm] = kind if kind in tuple(_PLACEHOLDER_TYPES) else "x"
+
+    def order(norm: str) -> tuple[int, str]:
+        at = text.find(f" {norm} ")
+        return (at if at >= 0 else len(text), norm)
+
+    counts: dict[str, int] = {}
+    out: dict[str, str] = {}
+    for norm in sorted(names, key=order):
+        letter = names[norm]
+        counts[letter] = min(counts.get(letter, 0) + 1, MAX_PLACEHOLDERS)
+        out[norm] = f"{letter}{counts[letter]}"
+    return out
+
+
+def anonymize_text(text: str, placeholders: dict[str, str]) -> str:
+    """Normalise ``text`` and replace every whole-word entity name by its placeholder (longest names first)."""
+    out = f" {normalize_text(text)} "
+    for norm in sorted(placeholders, key=lambda n: (-len(n), n)):
+        out = out.replace(f" {norm} ", f" {placeholders[norm]} ")
+        out = out.replace(f" {norm} ", f" {placeholders[norm]} ")  # adjacent repeats
+    return " ".join(out.split())
+
+
+def textworld_vocabulary(game_files: Sequence[str | Path], placeholders: bool = False) -> list[str]:
+    """Normalised words of the games' objectives, entity names and TextWorld's command words
+    (plus every entity placeholder of :func:`placeholder_words` with ``placeholders=True``).
 
     Held-out games may contribute words here (their embeddings are never trained unless the words
     also occur in training games); the vocabulary is a tokenizer detail, not training data.
@@ -146,7 +194,7 @@ def textworld_vocabulary(game_files: Sequence[str | Path]) -> list[str]:
     paths = _check_game_files(game_files, ".json")
     import textworld
 
-    words = list(COMMAND_WORDS)
+    words = list(COMMAND_WORDS) + (placeholder_words() if placeholders else [])
     for path in paths:
         game = textworld.Game.load(str(Path(path).with_suffix(".json")))
         words += normalize_text(game.objective).split()
@@ -167,7 +215,12 @@ class TextWorldEnv:
     filler such as "here is your task for today"), and
     the anchor state is the sorted tuple of those facts (the full game state, independent of the
     command history); description and inventory are then not requested (each costs an extra
-    interpreter command per step). Reward: ``success_reward`` on the step that wins, plus the score
+    interpreter command per step). ``anonymize=True`` (compact only) also replaces every entity name,
+    in the observation, the admissible commands and the walkthrough, by a type-lettered placeholder
+    (:func:`entity_placeholders`: ``take o1 from s1``); :meth:`step` accepts the anonymised commands
+    and maps them back. A word-level policy trained from scratch has no embedding for the names of
+    unseen games; placeholders stand in for the lexical knowledge of a pretrained LM, so that skills
+    can transfer to held-out games. Reward: ``success_reward`` on the step that wins, plus the score
     increase when ``dense=True``. ``info["policy_commands"]`` (TextWorld's walkthrough from the
     current state) is filled only with ``walkthrough=True``.
 
@@ -180,11 +233,12 @@ class TextWorldEnv:
     dense : bool
     compact : bool
     walkthrough : bool
+    anonymize : bool
     """
 
     def __init__(
         self, game_file: str | Path, max_steps: int = 25, success_reward: float = 10.0, dense: bool = False,
-        compact: bool = False, walkthrough: bool = True,
+        compact: bool = False, walkthrough: bool = True, anonymize: bool = False,
     ):  # fmt: skip
         try:
             import textworld
@@ -198,6 +252,13 @@ class TextWorldEnv:
         self.success_reward = check_float("success_reward", success_reward, 0.0)
         self.max_steps, self.dense, self.game_file, self.compact = max_steps, dense, path, compact
         self.walkthrough = walkthrough
+        if anonymize and not compact:
+            raise ValueError(
+                "anonymize=True needs compact=True (placeholders replace names in the compact text)"
+            )
+        self.anonymize = bool(anonymize)
+        self._names: dict[str, str] = {}
+        self._commands: dict[str, str] = {}
         infos = textworld.EnvInfos(
             admissible_commands=True, won=True, lost=True, score=True, max_score=True, description=not compact,
             inventory=not compact, policy_commands=walkthrough, facts=compact, objective=compact,
@@ -213,22 +274,29 @@ class TextWorldEnv:
                 room = fact.arguments[1].name
             elif fact.name == "in" and fact.arguments[1].type == "I":
                 items.append(fact.arguments[0].name)
+        name = self._name
         obs = (
-            f"goal {self._objective} | room {normalize_text(room)} | carrying "
-            f"{' '.join(normalize_text(i) for i in sorted(items)) or 'nothing'}"
+            f"goal {self._objective} | room {name(room)} | carrying "
+            f"{' '.join(sorted(name(i) for i in items)) or 'nothing'}"
         )
         return obs, tuple(sorted(str(f) for f in gs.facts))
 
+    def _name(self, text: str) -> str:
+        return anonymize_text(text, self._names) if self.anonymize else normalize_text(text)
+
     def _info(self, gs) -> tuple[str | None, dict]:
+        commands = [c for c in gs.admissible_commands if c not in ("look", "inventory")]
+        plan = list(gs.policy_commands or []) if self.walkthrough else []
+        if self.anonymize:
+            self._commands = {self._name(c): c for c in commands}
+            commands, plan = list(self._commands), [self._name(c) for c in plan]
         info = {
-            "admissible_commands": sorted(
-                c for c in gs.admissible_commands if c not in ("look", "inventory")
-            ),
+            "admissible_commands": sorted(commands),
             "score": float(gs.score),
             "max_score": float(gs.max_score),
             "won": bool(gs.won),
             "lost": bool(gs.lost),
-            "policy_commands": list(gs.policy_commands or []) if self.walkthrough else [],
+            "policy_commands": plan,
         }
         obs = None
         if self.compact:
@@ -240,7 +308,16 @@ class TextWorldEnv:
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[str, dict]:
         gs = self._env.reset()
         self._state, self.t = gs, 0
-        if self.compact:
+        if self.anonymize:
+            entities = {
+                (v.type, v.name) for f in gs.facts for v in f.arguments if v.name and v.type not in "PI"
+            }
+            self._names = entity_placeholders(sorted(entities), gs.objective)
+            keep = set(self._names.values()) | _OBJECTIVE_WORDS
+            self._objective = " ".join(
+                w for w in anonymize_text(gs.objective, self._names).split() if w in keep
+            )
+        elif self.compact:
             names = {
                 w for f in gs.facts for v in f.arguments if v.name for w in normalize_text(v.name).split()
             }
@@ -255,7 +332,10 @@ class TextWorldEnv:
         if not isinstance(action, str) or not action.strip():
             raise ValueError(f"action must be a non-empty command string, got {action!r}")
         before = float(self._state.score)
-        gs, _, done = self._env.step(action.strip())
+        action = action.strip()
+        if self.anonymize:
+            action = self._commands.get(action, action)
+        gs, _, done = self._env.step(action)
         self._state, self.t = gs, self.t + 1
         reward = (float(gs.score) - before if self.dense else 0.0) + (self.success_reward if gs.won else 0.0)
         terminated = bool(done)
@@ -298,8 +378,9 @@ class _PooledEnv:
 
 
 def textworld_env_factory(
-    game_files: Sequence[str | Path], max_steps: int = 10, *, compact: bool = True, pool: bool = True
-) -> Callable[[int], tuple[Any, None]]:
+    game_files: Sequence[str | Path], max_steps: int = 10, *, compact: bool = True, pool: bool = True,
+    anonymize: bool = False,
+) -> Callable[[int], tuple[Any, None]]:  # fmt: skip
     """``make_env`` for :func:`collect_rollouts` over TextWorld games; tasks are game indices.
 
     With ``pool=True`` the interpreters are kept and reused between rounds (identical trajectories:
@@ -310,7 +391,9 @@ def textworld_env_factory(
 
     def make(task: int) -> TextWorldEnv:
         check_int("task", task, low=0, high=len(games) - 1)
-        return TextWorldEnv(games[task], max_steps=max_steps, compact=compact, walkthrough=False)
+        return TextWorldEnv(
+            games[task], max_steps=max_steps, compact=compact, walkthrough=False, anonymize=anonymize
+        )
 
     if not pool:
         return lambda task: (make(int(task)), None)
@@ -320,7 +403,7 @@ def textworld_env_factory(
 
 def textworld_bc_examples(
     game_files: Sequence[str | Path], tokenizer: Any, *, episodes_per_game: int, seed: int, max_steps: int = 10,
-    expert_prob: float = 0.7,
+    expert_prob: float = 0.7, anonymize: bool = False,
 ) -> list[dict[str, list[int]]]:  # fmt: skip
     """Behaviour-cloning data on TextWorld games: at each step the walkthrough's next command with
     probability ``expert_prob``, else a random admissible command (walkthrough plus noise); every
@@ -335,7 +418,7 @@ def textworld_bc_examples(
     rng = np.random.default_rng(seed)
     out = []
     for path in paths:
-        env = TextWorldEnv(path, max_steps=max_steps, compact=True, walkthrough=True)
+        env = TextWorldEnv(path, max_steps=max_steps, compact=True, walkthrough=True, anonymize=anonymize)
         try:
             for _ in range(episodes_per_game):
                 obs, info = env.reset()
