@@ -28,7 +28,9 @@ def _one_thread():
 
 
 def test_functional_entropy_constant_nonnegative_and_closed_form():
-    assert torch.allclose(functional_entropy(torch.full((3, 10), 0.7)), torch.zeros(3, dtype=torch.float64), atol=1e-12)
+    assert torch.allclose(
+        functional_entropy(torch.full((3, 10), 0.7)), torch.zeros(3, dtype=torch.float64), atol=1e-12
+    )
     g = torch.Generator().manual_seed(0)
     assert (functional_entropy(torch.rand(5, 50, generator=g)) >= 0).all()
     a = 0.5
@@ -63,14 +65,24 @@ def _inputs(B=3):
 def test_mcr_range_swap_zeroed_vision_and_determinism():
     emb, masks = _inputs()
     fwd = _ToyMLLM()
-    c1 = modality_contributions(fwd, emb, masks, sigma_rel=0.5, num_samples=8, generator=torch.Generator().manual_seed(3))
-    c2 = modality_contributions(fwd, emb, masks, sigma_rel=0.5, num_samples=8, generator=torch.Generator().manual_seed(3))
+    c1 = modality_contributions(
+        fwd, emb, masks, sigma_rel=0.5, num_samples=8, generator=torch.Generator().manual_seed(3)
+    )
+    c2 = modality_contributions(
+        fwd, emb, masks, sigma_rel=0.5, num_samples=8, generator=torch.Generator().manual_seed(3)
+    )
     assert all(torch.equal(c1[k], c2[k]) for k in c1)
     mcr = modality_contribution_ratio(c1, "vision")
     assert ((mcr >= 0) & (mcr <= 1)).all()
     assert torch.allclose(modality_contribution_ratio(c1, "text"), 1 - mcr, atol=1e-9)
-    blind = modality_contributions(_ToyMLLM(w_vision=0.0), emb, masks, sigma_rel=0.5, num_samples=8,
-                                   generator=torch.Generator().manual_seed(3))
+    blind = modality_contributions(
+        _ToyMLLM(w_vision=0.0),
+        emb,
+        masks,
+        sigma_rel=0.5,
+        num_samples=8,
+        generator=torch.Generator().manual_seed(3),
+    )
     assert modality_contribution_ratio(blind, "vision").max() < 1e-6
 
 
@@ -84,15 +96,25 @@ def test_mcr_bad_inputs():
     with pytest.raises(ValueError, match="shape"):
         modality_contributions(fwd, emb, {"vision": masks["vision"][:, :3]})
     with pytest.raises(ValueError, match="overlap"):
-        modality_contributions(fwd, emb, {"vision": masks["vision"], "all": torch.ones(3, 4, dtype=torch.bool)})
+        modality_contributions(
+            fwd, emb, {"vision": masks["vision"], "all": torch.ones(3, 4, dtype=torch.bool)}
+        )
     with pytest.raises(ValueError, match="target modality"):
         modality_contribution_ratio({"vision": torch.ones(2)}, "audio")
 
 
 @pytest.fixture(scope="module")
 def lm():
-    return build_tiny_lm("llama", vocab_size=20, seed=0, hidden_size=16, intermediate_size=32,
-                         num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1).eval()
+    return build_tiny_lm(
+        "llama",
+        vocab_size=20,
+        seed=0,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+    ).eval()
 
 
 def test_steering_alpha_zero_identity_and_hook_removed(lm):
@@ -151,3 +173,10 @@ def test_steering_vector():
     assert torch.allclose(v, torch.full((4,), 0.5))
     with pytest.raises(ValueError):
         steering_vector(torch.ones(3, 4), torch.ones(3, 5))
+
+
+@pytest.mark.parametrize("n_pos,n_neg", [(0, 3), (3, 0), (0, 0)])
+def test_steering_vector_rejects_an_empty_group(n_pos, n_neg):
+    # the mean of zero rows is NaN; the old code returned a NaN vector that broke even alpha = 0
+    with pytest.raises(ValueError, match="at least one row each"):
+        steering_vector(torch.ones(n_pos, 4), torch.zeros(n_neg, 4))

@@ -9,17 +9,44 @@ strength. Steering toward vision adds a difference-of-means vector at one decode
 last prompt token on: uniformly (one alpha for all samples) or AMPS-scaled per sample by the
 functional-entropy MCR of the vision tokens. Both sweep the same alpha grid; the comparison is the
 best vision-preference rate at a collapse rate of at most 5 %.
+
+Training health (why seed 0 of the first full runs never "trained")
+-------------------------------------------------------------------
+The full runs of commits 309b308 and e5027cb trained each seed's model with AdamW at a constant lr 3e-3
+(no warmup, no clipping) for 800 steps at width 128. The loss sat at 0.77-0.80 nats for all three seeds,
+the loss of a model that reads only the text (about 0.735 nats on this label mix; a model that also reads
+the image can reach about 0.23): the model never learned to look up the asked slot in the image.
+Unsteered, it answered the image colour on 0.000 / 0.003 / 0.009 of 1000 conflicts (seeds 0 / 1 / 2).
+On seed 0, none of the 300 calibration answers followed the image, so the image-following group of the
+difference of means was empty, its mean NaN, the steering vector NaN, and ``0 * NaN`` made every answer
+NaN even at alpha = 0 (collapse 1.0, every metric 0). Seeds 1 and 2 built their vector from 1-3 samples.
+
+The fix applies to every profile, seed and arm alike: lr 1e-3 with a linear warmup (80 steps in the
+full profile), cosine decay to 0 and gradient-norm clipping at 1.0 (same 800 steps, same batch). A width-128
+pilot on seed 100 with this recipe reached a loss of 0.375 and followed the image on 0.58 of the hedged
+conflicts (0.20 of all conflicts) with consistent accuracy 0.98 (the same recipe on seed 0's model and data:
+loss 0.36, hedged conflicts 0.55, consistent accuracy 0.98); lr 3e-3 with the same warmup/clipping
+stayed at 0.64 (hedged 0.04). :func:`neurips26.editing.amps.steering_vector` now raises on an empty group,
+and the claim steers with a zero vector (a no-op) when a group is empty.
+
+Premise ``base_model_trained`` (per seed, ``Exact`` on every seed): the unsteered base model answers
+with at most ``HEALTH["max_collapse"]`` collapse, at least ``HEALTH["min_consistent_acc"]`` accuracy on
+consistent samples, follows the image on at least ``HEALTH["min_hedged_vision_pref"]`` of hedged
+conflicts (the training labels follow the image on 80 % of them, so a model that reads the image does),
+and both calibration groups are non-empty. The bars were declared from pilot seeds 100-102 (never used by
+a profile) before the full rerun: see ``HEALTH``.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from neurips26.claims.base import AtLeast, Better, Claim, Headline, SeedResult, sweep_record
+from neurips26.claims.base import AtLeast, Better, Claim, Exact, Headline, SeedResult, sweep_record
 from neurips26.claims.plotting import pyplot, save_figure
 from neurips26.common.models import EOS_ID, build_tiny_lm
 from neurips26.common.seeding import seed_everything
@@ -38,6 +65,14 @@ W = {w: 4 + i for i, w in enumerate(["the", "is", "maybe", "what", "color", "?"]
 COL0 = 10
 SHAPE0 = COL0 + N_COL
 VOCAB = SHAPE0 + N_SHAPE
+# training-health bars of the unsteered base model, judged per seed (premise base_model_trained), declared
+# before the full rerun from a full-config pilot on seeds 100-102 (never used by a profile) with the fixed
+# recipe: collapse 0.0 / 0.0 / 0.0, consistent accuracy 0.977 / 0.980 / 0.978, hedged-conflict vision
+# preference 0.599 / 0.500 / 0.553, calibration answers following the image 44 / 69 / 57 of 300. Bars:
+# collapse at most 0.05 (the claim's own collapse cap), consistent accuracy at least 0.9, hedged vision
+# preference at least 0.25 (half the pilot minimum; the untrained models of the old recipe: <= 0.03 on all
+# conflicts)
+HEALTH = {"max_collapse": 0.05, "min_consistent_acc": 0.9, "min_hedged_vision_pref": 0.25}
 
 
 def _world(n: int, seed: int, conflict_frac: float) -> dict[str, torch.Tensor]:
@@ -49,7 +84,7 @@ def _world(n: int, seed: int, conflict_frac: float) -> dict[str, torch.Tensor]:
     img[torch.arange(n)[:, None], torch.arange(SLOTS)[None], colours] = 1.0
     img[torch.arange(n)[:, None], torch.arange(SLOTS)[None], N_COL + shapes] = 1.0
     img[..., :N_COL] += noise[:, None, None] * torch.randn(n, SLOTS, N_COL, generator=g)
-    img[..., N_COL + N_SHAPE:] = torch.randn(n, SLOTS, 6, generator=g)
+    img[..., N_COL + N_SHAPE :] = torch.randn(n, SLOTS, 6, generator=g)
     q = torch.randint(0, SLOTS, (n,), generator=g)
     img_col = colours[torch.arange(n), q]
     conflict = torch.rand(n, generator=g) < conflict_frac
@@ -62,15 +97,28 @@ def _world(n: int, seed: int, conflict_frac: float) -> dict[str, torch.Tensor]:
     label = torch.where(conflict & ~follow_text, img_col, text_col)
     toks = []
     for i in range(n):
-        ctx = [W["the"], SHAPE0 + int(shape[i]), W["is"]] + ([W["maybe"]] if hedge[i] else []) + [COL0 + int(text_col[i])]
+        ctx = (
+            [W["the"], SHAPE0 + int(shape[i]), W["is"]]
+            + ([W["maybe"]] if hedge[i] else [])
+            + [COL0 + int(text_col[i])]
+        )
         toks.append(ctx + [W["what"], W["color"], W["is"], W["the"], SHAPE0 + int(shape[i]), W["?"]])
     L = max(len(t) for t in toks)
     ids = torch.zeros(n, L, dtype=torch.long)
     lens = torch.tensor([len(t) for t in toks])
     for i, t in enumerate(toks):  # left-pad the text so the answer position is the last one for every row
-        ids[i, L - len(t):] = torch.tensor(t)
-    return {"img": img, "ids": ids, "lens": lens, "label": label, "img_col": img_col, "text_col": text_col,
-            "conflict": conflict, "hedge": hedge, "noise": noise}
+        ids[i, L - len(t) :] = torch.tensor(t)
+    return {
+        "img": img,
+        "ids": ids,
+        "lens": lens,
+        "label": label,
+        "img_col": img_col,
+        "text_col": text_col,
+        "conflict": conflict,
+        "hedge": hedge,
+        "noise": noise,
+    }
 
 
 class TinyMLLM(torch.nn.Module):
@@ -78,9 +126,17 @@ class TinyMLLM(torch.nn.Module):
 
     def __init__(self, d: int, layers: int, seed: int):
         super().__init__()
-        self.lm = build_tiny_lm("llama", vocab_size=VOCAB, seed=seed, hidden_size=d, intermediate_size=2 * d,
-                                num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=4,
-                                max_position_embeddings=32)
+        self.lm = build_tiny_lm(
+            "llama",
+            vocab_size=VOCAB,
+            seed=seed,
+            hidden_size=d,
+            intermediate_size=2 * d,
+            num_hidden_layers=layers,
+            num_attention_heads=4,
+            num_key_value_heads=4,
+            max_position_embeddings=32,
+        )
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed + 1)
             self.proj = torch.nn.Linear(16, d)
@@ -99,7 +155,7 @@ class TinyMLLM(torch.nn.Module):
         for i in range(B):
             start = SLOTS + L - int(batch["lens"][i])
             n_ctx = 5 if bool(batch["hedge"][i]) else 4
-            text[i, start:start + n_ctx] = True
+            text[i, start : start + n_ctx] = True
         return emb, mask, {"vision": vision, "text": text}
 
     def answer_logits(self, emb, mask):
@@ -110,8 +166,21 @@ def _sub(batch, idx):
     return {k: v[idx] for k, v in batch.items()}
 
 
-def _train(model: TinyMLLM, data, steps: int, seed: int) -> list[float]:
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)
+def _lr_factor(step: int, warmup: int, steps: int) -> float:
+    """Linear warmup over ``warmup`` steps, then cosine decay to 0 at ``steps``."""
+    if step < warmup:
+        return (step + 1) / warmup
+    return 0.5 * (1.0 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup)))
+
+
+def _train(model: TinyMLLM, data, cfg: dict, seed: int) -> list[float]:
+    """AdamW on answer + EOS cross-entropy with warmup, cosine decay and gradient-norm clipping.
+
+    The same recipe trains every seed's model; the steering arms share that one model.
+    """
+    steps = cfg["steps"]
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg["lr"], weight_decay=0.01)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda t: _lr_factor(t, cfg["warmup"], steps))
     g = torch.Generator().manual_seed(seed)
     losses = []
     model.train()
@@ -121,13 +190,18 @@ def _train(model: TinyMLLM, data, steps: int, seed: int) -> list[float]:
         emb, mask, _ = model.embed(b)
         # answer then EOS: append the answer token's embedding and score both
         ans = model.lm.get_input_embeddings()(COL0 + b["label"])[:, None]
-        out = model.lm(inputs_embeds=torch.cat([emb, ans], 1),
-                       attention_mask=torch.cat([mask, torch.ones(len(idx), 1, dtype=torch.long)], 1)).logits
-        loss = torch.nn.functional.cross_entropy(out[:, -2], COL0 + b["label"]) + \
-            torch.nn.functional.cross_entropy(out[:, -1], torch.full((len(idx),), EOS_ID))
+        out = model.lm(
+            inputs_embeds=torch.cat([emb, ans], 1),
+            attention_mask=torch.cat([mask, torch.ones(len(idx), 1, dtype=torch.long)], 1),
+        ).logits
+        loss = torch.nn.functional.cross_entropy(
+            out[:, -2], COL0 + b["label"]
+        ) + torch.nn.functional.cross_entropy(out[:, -1], torch.full((len(idx),), EOS_ID))
         opt.zero_grad()
         loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["clip"])
         opt.step()
+        sched.step()
         losses.append(float(loss.detach()))
     model.eval()
     return losses
@@ -138,19 +212,30 @@ def _answers(model, batch, layer, vector, alpha) -> tuple[torch.Tensor, torch.Te
     emb, mask, _ = model.embed(batch)
     L = emb.shape[1]
     lens = torch.full((emb.shape[0],), L)
-    with torch.no_grad(), ActivationSteerer(model.lm, layer, vector, alpha, positions="generation", prompt_lengths=lens):
+    with (
+        torch.no_grad(),
+        ActivationSteerer(model.lm, layer, vector, alpha, positions="generation", prompt_lengths=lens),
+    ):
         first = model.lm(inputs_embeds=emb, attention_mask=mask).logits[:, -1].argmax(-1)
         ans = model.lm.get_input_embeddings()(first)[:, None]
-        second = model.lm(inputs_embeds=torch.cat([emb, ans], 1),
-                          attention_mask=torch.cat([mask, torch.ones(len(first), 1, dtype=torch.long)], 1)).logits[:, -1].argmax(-1)
+        second = (
+            model.lm(
+                inputs_embeds=torch.cat([emb, ans], 1),
+                attention_mask=torch.cat([mask, torch.ones(len(first), 1, dtype=torch.long)], 1),
+            )
+            .logits[:, -1]
+            .argmax(-1)
+        )
     return first, second
 
 
 def _score(first, second, batch) -> dict[str, float]:
     is_col = (first >= COL0) & (first < COL0 + N_COL)
     ok = is_col & (second == EOS_ID)
-    return {"vision_pref": float(((first - COL0) == batch["img_col"]).double().mean()),
-            "collapse": float((~ok).double().mean())}
+    return {
+        "vision_pref": float(((first - COL0) == batch["img_col"]).double().mean()),
+        "collapse": float((~ok).double().mean()),
+    }
 
 
 def _run(config: dict, seed: int) -> SeedResult:
@@ -160,7 +245,7 @@ def _run(config: dict, seed: int) -> SeedResult:
     train = _world(cfg["n_train"], 10 * seed + 1, 0.5)
     model = TinyMLLM(cfg["hidden"], cfg["layers"], seed)
     t0 = time.perf_counter()
-    losses = _train(model, train, cfg["steps"], seed)
+    losses = _train(model, train, cfg, seed)
     train_s = time.perf_counter() - t0
     calib = _world(cfg["n_calib"], 10 * seed + 2, 1.0)
     test = _world(cfg["n_eval"], 10 * seed + 3, 1.0)
@@ -169,21 +254,55 @@ def _run(config: dict, seed: int) -> SeedResult:
     # steering vector: last prompt token at the steered block, image-following minus text-following
     with torch.no_grad():
         emb, mask, _ = model.embed(calib)
-        hs = model.lm(inputs_embeds=emb, attention_mask=mask, output_hidden_states=True).hidden_states[layer + 1][:, -1]
+        hs = model.lm(inputs_embeds=emb, attention_mask=mask, output_hidden_states=True).hidden_states[
+            layer + 1
+        ][:, -1]
         pred = model.answer_logits(emb, mask).argmax(-1) - COL0
     follows_img = pred == calib["img_col"]
-    v = steering_vector(hs[follows_img], hs[~follows_img & (pred == calib["text_col"])], normalize=True)
-    v = v * hs.norm(dim=-1).mean()  # alpha in units of the mean hidden-state norm
+    follows_text = ~follows_img & (pred == calib["text_col"])
+    n_img, n_text = int(follows_img.sum()), int(follows_text.sum())
+    if n_img and n_text:
+        v = steering_vector(hs[follows_img], hs[follows_text], normalize=True)
+        v = v * hs.norm(dim=-1).mean()  # alpha in units of the mean hidden-state norm
+    else:
+        # no difference of means without both groups: a model that never follows the image (or never the
+        # text) on the calibration conflicts did not train into the paper's regime; steering is then a no-op
+        # and the base_model_trained premise fails for this seed
+        v = torch.zeros(hs.shape[-1])
     t0 = time.perf_counter()
     emb_t, mask_t, masks_t = model.embed(test)
     with torch.no_grad():
-        contribs = modality_contributions(lambda e: model.answer_logits(e, mask_t), emb_t, masks_t,
-                                          sigma_rel=cfg["sigma_rel"], num_samples=cfg["mcr_samples"],
-                                          generator=torch.Generator().manual_seed(seed))
+        contribs = modality_contributions(
+            lambda e: model.answer_logits(e, mask_t),
+            emb_t,
+            masks_t,
+            sigma_rel=cfg["sigma_rel"],
+            num_samples=cfg["mcr_samples"],
+            generator=torch.Generator().manual_seed(seed),
+        )
     mcr = modality_contribution_ratio(contribs, "vision").float()
     mcr_s = time.perf_counter() - t0
     base_first, base_second = _answers(model, test, layer, v, 0.0)
     base = _score(base_first, base_second, test)
+    # training health of the unsteered base model (premise base_model_trained, bars in HEALTH)
+    hedged = test["hedge"]
+    base_hedged_vision = float(((base_first - COL0) == test["img_col"])[hedged].double().mean())
+    cons_first, _ = _answers(model, cons, layer, v, 0.0)
+    base_cons = float(((cons_first - COL0) == cons["img_col"]).double().mean())
+    health = {
+        "collapse": base["collapse"],
+        "consistent_acc": base_cons,
+        "hedged_vision_pref": base_hedged_vision,
+        "calib_follow_image": n_img,
+        "calib_follow_text": n_text,
+    }
+    healthy = (
+        base["collapse"] <= HEALTH["max_collapse"]
+        and base_cons >= HEALTH["min_consistent_acc"]
+        and base_hedged_vision >= HEALTH["min_hedged_vision_pref"]
+        and n_img > 0
+        and n_text > 0
+    )
     curves = {"pref": {}, "collapse": {}}
     best = {}
     chosen = {}
@@ -208,8 +327,14 @@ def _run(config: dict, seed: int) -> SeedResult:
         if arm == METHOD:
             e_c, m_c, k_c = model.embed(cons)
             with torch.no_grad():
-                c_c = modality_contributions(lambda e, m=m_c: model.answer_logits(e, m), e_c, k_c, sigma_rel=cfg["sigma_rel"],
-                                             num_samples=cfg["mcr_samples"], generator=torch.Generator().manual_seed(seed))
+                c_c = modality_contributions(
+                    lambda e, m=m_c: model.answer_logits(e, m),
+                    e_c,
+                    k_c,
+                    sigma_rel=cfg["sigma_rel"],
+                    num_samples=cfg["mcr_samples"],
+                    generator=torch.Generator().manual_seed(seed),
+                )
             mcr_c = modality_contribution_ratio(c_c, "vision").float()
             alpha = amps_scale(mcr_c, chosen[arm]).float()
         else:
@@ -221,21 +346,47 @@ def _run(config: dict, seed: int) -> SeedResult:
         "consistent_acc": dict(cons_acc),
         "changed_at_max": {"uniform": changed},
         "vision_pref": {"unsteered": base["vision_pref"]},
+        "hedged_vision_pref": {"unsteered": base_hedged_vision},
         "collapse": {"unsteered": base["collapse"]},
+        "base_consistent_acc": {"unsteered": base_cons},
+        "base_trained": {"unsteered": float(healthy)},
         "mcr_mean": {METHOD: float(mcr.mean())},
     }
     conflict_mcr = mcr.numpy()
     info = {
-        "budget": {"alpha_grid": cfg["alphas"], "layer": layer, "eval_conflicts": cfg["n_eval"], "same_vector": True},
+        "budget": {
+            "alpha_grid": cfg["alphas"],
+            "layer": layer,
+            "eval_conflicts": cfg["n_eval"],
+            "same_vector": True,
+        },
         "sweeps": {arm: {"alpha": sweep_record(cfg["alphas"], chosen[arm])} for arm in chosen},
-        "training": {"final_loss": float(np.mean(losses[-20:])), "seconds": train_s},
+        "training": {
+            "final_loss": float(np.mean(losses[-20:])),
+            "first_loss": float(np.mean(losses[:20])),
+            "seconds": train_s,
+            "steps": cfg["steps"],
+            "lr": cfg["lr"],
+            "warmup": cfg["warmup"],
+            "schedule": "linear warmup, cosine decay to 0",
+            "clip_grad_norm": cfg["clip"],
+            "batch": 64,
+        },
+        "health": {**health, "bars": dict(HEALTH), "healthy": healthy},
         "performance": {"mcr_s_per_sample": mcr_s / cfg["n_eval"]},
-        "mcr_by_noise": {str(nv): float(conflict_mcr[(test["noise"] == nv).numpy()].mean()) for nv in (0.1, 0.5, 1.0)},
-        "mcr_by_hedge": {str(h): float(conflict_mcr[(test["hedge"] == h).numpy()].mean()) for h in (False, True)},
+        "mcr_by_noise": {
+            str(nv): float(conflict_mcr[(test["noise"] == nv).numpy()].mean()) for nv in (0.1, 0.5, 1.0)
+        },
+        "mcr_by_hedge": {
+            str(h): float(conflict_mcr[(test["hedge"] == h).numpy()].mean()) for h in (False, True)
+        },
         "wall_s": time.perf_counter() - start,
     }
-    return SeedResult(metrics=metrics, curves={"pref_vs_alpha": curves["pref"], "collapse_vs_alpha": curves["collapse"]},
-                      info=info)
+    return SeedResult(
+        metrics=metrics,
+        curves={"pref_vs_alpha": curves["pref"], "collapse_vs_alpha": curves["collapse"]},
+        info=info,
+    )
 
 
 def plot(result: dict, folder: Path) -> list[Path]:
@@ -253,23 +404,72 @@ def plot(result: dict, folder: Path) -> list[Path]:
     return [save_figure(fig, folder, "amps_shift_collapse")]
 
 
+# training recipe (every profile, seed and arm): AdamW, linear warmup then cosine decay, gradient clipping
 CONFIGS = {
-    "smoke": dict(hidden=32, layers=2, layer=1, n_train=800, steps=40, n_calib=100, n_eval=60, sigma_rel=0.3,
-                  mcr_samples=4, alphas=[0.0, 1.0, 2.0], collapse_cap=0.05, threads=1),
-    "quick": dict(hidden=64, layers=3, layer=1, n_train=6000, steps=400, n_calib=200, n_eval=300, sigma_rel=0.3,
-                  mcr_samples=8, alphas=[0.0, 1.0, 2.0, 4.0, 8.0, 16.0], collapse_cap=0.05, threads=1),
-    "full": dict(hidden=128, layers=3, layer=1, n_train=10000, steps=800, n_calib=300, n_eval=1000, sigma_rel=0.3,
-                 mcr_samples=16, alphas=[0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0], collapse_cap=0.05, threads=1),
+    "smoke": dict(
+        hidden=32,
+        layers=2,
+        layer=1,
+        n_train=800,
+        steps=40,
+        lr=1e-3,
+        warmup=8,
+        clip=1.0,
+        n_calib=100,
+        n_eval=60,
+        sigma_rel=0.3,
+        mcr_samples=4,
+        alphas=[0.0, 1.0, 2.0],
+        collapse_cap=0.05,
+        threads=1,
+    ),
+    "quick": dict(
+        hidden=64,
+        layers=3,
+        layer=1,
+        n_train=6000,
+        steps=400,
+        lr=1e-3,
+        warmup=40,
+        clip=1.0,
+        n_calib=200,
+        n_eval=300,
+        sigma_rel=0.3,
+        mcr_samples=8,
+        alphas=[0.0, 1.0, 2.0, 4.0, 8.0, 16.0],
+        collapse_cap=0.05,
+        threads=1,
+    ),
+    "full": dict(
+        hidden=128,
+        layers=3,
+        layer=1,
+        n_train=10000,
+        steps=800,
+        lr=1e-3,
+        warmup=80,
+        clip=1.0,
+        n_calib=300,
+        n_eval=1000,
+        sigma_rel=0.3,
+        mcr_samples=16,
+        alphas=[0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0],
+        collapse_cap=0.05,
+        threads=1,
+    ),
 }
 
 CLAIM = Claim(
     slug="amps",
-    claim=("Scaling modality-preference steering per sample by the functional-entropy Modality Contribution Ratio "
-           "gives a stronger preference shift than uniform steering at a matched (low) generation-collapse rate."),
+    claim=(
+        "Scaling modality-preference steering per sample by the functional-entropy Modality Contribution Ratio "
+        "gives a stronger preference shift than uniform steering at a matched (low) generation-collapse rate."
+    ),
     method=METHOD,
     baselines=BASELINES,
     references=("unsteered",),
     premises=(
+        Exact("base_trained", expected=1.0, arm="unsteered", kind="evidence", label="base_model_trained"),
         AtLeast("changed_at_max", threshold=0.2, arm="uniform", label="uniform_changes_answers"),
     ),
     criteria=(
@@ -277,23 +477,37 @@ CLAIM = Claim(
         Better("consistent_acc", baseline="uniform", margin=-0.02, min_seeds=3, label="consistent_not_worse"),
     ),
     headlines=(
-        Headline("AMPS gives stronger modality-preference control with lower generation collapse than conventional "
-                 "steering on MC2", criteria=("pref_vs_uniform",)),
-        Headline("consistently across model scales", untested="one toy model size per profile; no model-scale sweep"),
+        Headline(
+            "AMPS gives stronger modality-preference control with lower generation collapse than conventional "
+            "steering on MC2",
+            criteria=("pref_vs_uniform",),
+        ),
+        Headline(
+            "consistently across model scales",
+            untested="one toy model size per profile; no model-scale sweep",
+        ),
         Headline("improves general multimodal QA (MM-Vet v2)", criteria=("consistent_not_worse",)),
     ),
-    items={"pref_at_collapse5": {"smoke": 60, "quick": 300, "full": 1000},
-           "consistent_acc": {"smoke": 60, "quick": 300, "full": 1000}},
+    items={
+        "pref_at_collapse5": {"smoke": 60, "quick": 300, "full": 1000},
+        "consistent_acc": {"smoke": 60, "quick": 300, "full": 1000},
+    },
     run=_run,
     configs=CONFIGS,
     seeds={"smoke": (0,), "quick": (0, 1, 2), "full": (0, 1, 2)},
-    implemented=("Functional-entropy MCR (f = probability of the unperturbed answer, Gaussian noise at sigma_rel x RMS "
-                 "of each modality's embeddings), difference-of-means steering vector at one decoder layer applied from "
-                 "the last prompt token on (forward hook on model.model.layers[l]), AMPS-scaling alpha_b = "
-                 "alpha_max (1 - MCR_vision); uniform steering with the same vector and alpha grid."),
-    differences=("Toy scene-QA model instead of LLaVA-scale MLLMs on MC2; the learned scaling module (AdaptiveScaleNet) "
-                 "is implemented and tested but not in the claim; no prompt-instruction baseline; consistent-set accuracy "
-                 "stands in for MM-Vet v2. Full profile: 3 training seeds (each seed trains its own model)."),
+    implemented=(
+        "Functional-entropy MCR (f = probability of the unperturbed answer, Gaussian noise at sigma_rel x RMS "
+        "of each modality's embeddings), difference-of-means steering vector at one decoder layer applied from "
+        "the last prompt token on (forward hook on model.model.layers[l]), AMPS-scaling alpha_b = "
+        "alpha_max (1 - MCR_vision); uniform steering with the same vector and alpha grid. Every seed's model is trained "
+        "with one recipe (AdamW, linear warmup, cosine decay, gradient-norm clip 1.0; info['training']) and both arms "
+        "steer that one model; premise base_model_trained checks per seed that it trained (HEALTH bars)."
+    ),
+    differences=(
+        "Toy scene-QA model instead of LLaVA-scale MLLMs on MC2; the learned scaling module (AdaptiveScaleNet) "
+        "is implemented and tested but not in the claim; no prompt-instruction baseline; consistent-set accuracy "
+        "stands in for MM-Vet v2. Full profile: 3 training seeds (each seed trains its own model)."
+    ),
     data="Generated scene-QA world (4 object slots, colour/shape one-hots with per-sample noise, text context with hedges).",
     plot=plot,
     glossary={
@@ -302,6 +516,10 @@ CLAIM = Claim(
         "changed_at_max": "fraction of conflict answers that change under uniform steering at the largest alpha",
         "vision_pref": "fraction of conflicts answered with the image colour, unsteered",
         "collapse": "fraction of answers that are not one colour word followed by EOS",
+        "hedged_vision_pref": "fraction of held-out hedged conflicts ('maybe') answered with the image colour, unsteered",
+        "base_consistent_acc": "accuracy of the unsteered model on held-out consistent samples (text = image)",
+        "base_trained": "1 when the seed's unsteered model passes every HEALTH bar (collapse, consistent accuracy, "
+        "hedged-conflict vision preference, both calibration groups non-empty), else 0",
         "mcr_mean": "mean MCR of the vision tokens on the held-out conflicts",
     },
 )

@@ -188,6 +188,12 @@ def steering_vector(h_pos: torch.Tensor, h_neg: torch.Tensor, normalize: bool = 
         raise ValueError(
             f"h_pos and h_neg must be (N, d) with one d, got {tuple(h_pos.shape)} and {tuple(h_neg.shape)}"
         )
+    if h_pos.shape[0] == 0 or h_neg.shape[0] == 0:
+        # the mean of zero rows is NaN, and 0 * NaN = NaN: even alpha = 0 would then wreck every answer
+        raise ValueError(
+            f"h_pos and h_neg need at least one row each, got {h_pos.shape[0]} and {h_neg.shape[0]} "
+            "(no sample in one of the two groups)"
+        )
     v = h_pos.mean(0) - h_neg.mean(0)
     return v / v.norm().clamp_min(1e-12) if normalize else v
 
