@@ -114,3 +114,9 @@ def test_smollm2_arm_deterministic_through_cache(smol_runs):
     first, second = smol_runs
     assert first.metrics == second.metrics
     assert first.info["smollm2"]["points"] == second.info["smollm2"]["points"]
+
+
+def test_smollm2_plot_writes_image(smol_runs, tmp_path):
+    res, _ = smol_runs
+    paths = SMOLLM2_CLAIM.plot({"info": [res.info], "seeds": [0]}, tmp_path)
+    assert len(paths) == 1 and paths[0].exists() and paths[0].stat().st_size > 0
