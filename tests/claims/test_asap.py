@@ -6,7 +6,12 @@ from __future__ import annotations
 
 import math
 
-from neurips26.claims.asap import ANY_UNDER_FEDAVG, BASELINES, CLAIM
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from neurips26.claims.asap import ANY_UNDER_FEDAVG, BASELINES, CLAIM, NO_ATTACK, logreg_sgd
+from neurips26.federated.flower import local_sgd
 
 
 def test_declaration_has_premises_headlines_and_labels():
@@ -41,7 +46,7 @@ def test_smoke_table_references_and_reachability(smoke_result, tmp_path):
     table = info["rule_attack_table"]
     assert set(table) == {f"{r}@{t:g}" for r in rules for t in CLAIM.configs["smoke"]["targets"]}
     for row in table.values():
-        assert set(row) == {CLAIM.method, *CLAIM.baselines, "no-attack"}
+        assert set(row) == {CLAIM.method, *CLAIM.baselines, NO_ATTACK}
         assert all(math.isfinite(v["deviation"]) for v in row.values())
     assert info["flower_strategies"] == {"fedavg": "FedAvg", "krum": "Krum"}
     assert all(
@@ -56,3 +61,33 @@ def test_smoke_table_references_and_reachability(smoke_result, tmp_path):
     assert first["metrics"]["target_reachable"][ANY_UNDER_FEDAVG] == [float(reached)]
     paths = CLAIM.plot(first, tmp_path / "plots")
     assert any("heatmap" in p.name for p in paths)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    n=st.integers(1, 90),
+    batch=st.integers(1, 40),
+    epochs=st.integers(0, 2),
+    lr=st.sampled_from([0.01, 0.1, 0.5]),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_logreg_sgd_equals_local_sgd_on_nn_linear_bit_for_bit(n, batch, epochs, lr, seed):
+    """The claim's cheap honest update is Flower's local_sgd on nn.Linear(64, 10), to the last bit."""
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.rand(n, 64, generator=gen) * 16
+    y = torch.randint(0, 10, (n,), generator=gen)
+    torch.manual_seed(seed)
+    lin = torch.nn.Linear(64, 10)
+    flat = torch.cat([lin.weight.detach().reshape(-1), lin.bias.detach()])
+    loss = local_sgd(lin, x, y, epochs=epochs, lr=lr, batch_size=batch, seed=seed + 1)
+    params, loss2 = logreg_sgd(flat, x, y, epochs, lr, batch, seed + 1)
+    assert torch.equal(params, torch.cat([lin.weight.detach().reshape(-1), lin.bias.detach()]))
+    assert loss2 == loss
+    assert not torch.equal(params, flat) or epochs == 0  # it trained (and left its input alone)
+
+
+def test_logreg_sgd_leaves_its_input_unchanged():
+    flat = torch.zeros(650)
+    x, y = torch.ones(4, 64), torch.tensor([0, 1, 2, 3])
+    params, _ = logreg_sgd(flat, x, y, 1, 0.1, 2, 0)
+    assert torch.equal(flat, torch.zeros(650)) and not torch.equal(params, flat)

@@ -8,11 +8,30 @@ in-process :class:`LocalGrid` (the full profile also replays one short configura
 simulation engine and reports the difference). Every arm starts from the same benign warm-up
 checkpoint and sees the same data, seeds and rounds. The result's info holds a (rule x attack)
 table; :func:`plot` draws it as heatmaps next to the accuracy traces.
+
+Arms are snake_case in the metrics (``asap``, ``lie``, ``minmax``, ``minsum``, ``fang_krum``,
+``fang_trim``, ``fmpa``, ``fedsa_lite``; references ``no_attack``, ``any_baseline_fedavg``,
+``lie_or_minmax``); :data:`DISPLAY_NAMES` gives the paper's names, which the plots show.
+
+Cost (issue 21). The six-seed full profile took 831 s (load ~2) as the pooled seed check; one seed is
+6 rules x 15 federations x 25 rounds x 20 clients. Half of that time was ``local_sgd``'s autograd and
+optimizer overhead on a 650-parameter model, much of the rest Flower's per-array record (de)serialisation.
+The same computation is now cheaper, with no item, round, rule, target or seed cut: honest clients train
+with :func:`logreg_sgd` (the kernels autograd and ``torch.optim.SGD`` call, written out; bit-identical to
+``local_sgd``, tested) and the model keeps its weight and bias in one flat parameter (``nn.Linear``'s
+kernel on two views), so every Flower record holds one array instead of two. The quick profile gives the
+same 916 numbers as before in 0.47x the CPU time (20.7 s against 44.0 s, machine loaded, load ~7).
+
+Shapes
+------
+Model parameters: one ``(650,)`` vector (``W`` ``(10, 64)`` row-major, then ``b`` ``(10,)``); client
+data ``x`` ``(n_i, 64)`` float32, ``y`` ``(n_i,)`` int64; traces: one accuracy per round.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,22 +46,112 @@ from neurips26.federated.asap import make_attack, round_complexity, target_devia
 from neurips26.federated.flower import ClientSetup, make_client_app, malicious_clients, run_rounds
 from neurips26.federated.flower_defences import FLOWER_STRATEGIES, make_defence, max_tolerated
 
-METHOD = "ASAP"
-BASELINES = ("LIE", "MinMax", "MinSum", "Fang-Krum", "Fang-Trim", "FMPA", "FedSA-lite")
-NO_ATTACK = "no-attack"
-ANY_UNDER_FEDAVG = "any-baseline@fedavg"
-LIE_OR_MINMAX = "LIE-or-MinMax"
-UNTARGETED = (
-    "LIE",
-    "MinMax",
-    "MinSum",
-    "Fang-Krum",
-    "Fang-Trim",
-)  # ignore y*: one run per rule serves every target
+METHOD = "asap"
+BASELINES = ("lie", "minmax", "minsum", "fang_krum", "fang_trim", "fmpa", "fedsa_lite")
+NO_ATTACK = "no_attack"
+ANY_UNDER_FEDAVG = "any_baseline_fedavg"
+LIE_OR_MINMAX = "lie_or_minmax"
+# the attacks that ignore y*: one run per rule serves every target
+UNTARGETED = ("lie", "minmax", "minsum", "fang_krum", "fang_trim")
+ATTACKS = {"asap": "ASAP", "lie": "LIE", "minmax": "MinMax", "minsum": "MinSum", "fang_krum": "Fang-Krum",
+           "fang_trim": "Fang-Trim", "fmpa": "FMPA", "fedsa_lite": "FedSA-lite", "none": "none"}  # fmt: skip
+"""Arm name -> the :func:`~neurips26.federated.asap.make_attack` name it runs."""
+DISPLAY_NAMES = {**{a: n for a, n in ATTACKS.items() if a != "none"}, NO_ATTACK: "no attack",
+                 ANY_UNDER_FEDAVG: "any baseline under FedAvg", LIE_OR_MINMAX: "LIE or MinMax"}  # fmt: skip
+"""Arm name (snake_case, as in the metrics) -> the name the paper and the plots use."""
+
+
+_IN, _OUT = 64, 10
+
+
+class _LogReg(nn.Module):
+    """Multinomial logistic regression ``64 -> 10``: ``nn.Linear``'s computation on one flat parameter.
+
+    ``W = params[:640].view(10, 64)`` and ``b = params[640:]``, so ``forward`` is ``F.linear(x, W, b)``, the
+    kernel ``nn.Linear`` runs, and the gradient of each view lands in its own slice of ``params``. The state
+    is one array (``flatten_state`` order: ``W`` row-major, then ``b``, as for ``nn.Linear``), so every
+    Flower record a client sends or the server unpacks holds one array instead of two.
+    """
+
+    def __init__(self, params: torch.Tensor) -> None:
+        super().__init__()
+        self.params = nn.Parameter(params)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _logits(self.params, x)
+
+
+def _logits(params: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    return nn.functional.linear(x, params[: _IN * _OUT].view(_OUT, _IN), params[_IN * _OUT :])
 
 
 def _model() -> nn.Module:
-    return nn.Linear(64, 10)
+    """The initial model: ``nn.Linear(64, 10)``'s initialisation (the same random draws), flattened."""
+    lin = nn.Linear(_IN, _OUT)
+    return _LogReg(torch.cat([lin.weight.detach().reshape(-1), lin.bias.detach()]))
+
+
+def _blank_model() -> nn.Module:
+    """A model whose parameters are about to be overwritten by ``load_state_dict`` (no initialisation)."""
+    return _LogReg(torch.empty(_IN * _OUT + _OUT))
+
+
+def logreg_sgd(
+    params: torch.Tensor, x: torch.Tensor, y: torch.Tensor, epochs: int, lr: float, batch_size: int, seed: int
+) -> tuple[torch.Tensor, float]:
+    r"""``local_sgd`` for :class:`_LogReg`, with the gradient written out: the same numbers, without autograd.
+
+    :func:`~neurips26.federated.flower.local_sgd` on this model runs, per mini-batch ``B``, ``F.linear``,
+    ``cross_entropy`` (= ``log_softmax`` + ``nll_loss``), autograd and ``torch.optim.SGD`` (single-tensor
+    ``p.add_(grad, alpha=-lr)`` on CPU). Here the backward pass calls the kernels autograd calls for those
+    nodes, in the same order and on the same layouts:
+
+    .. math::
+
+        z = \log\mathrm{softmax}(x W^\top + b), \qquad
+        g = \mathrm{logsoftmax\_backward}\big(-\tfrac{1}{|B|}\,\mathrm{onehot}(y),\ z\big), \qquad
+        \nabla W = (x^\top g)^\top, \qquad \nabla b = \textstyle\sum_i g_i,
+
+    with the same batches (``randperm`` from a generator seeded with ``seed``, one permutation per epoch).
+    ``tests/claims/test_asap.py`` checks parameters and loss bit for bit against ``local_sgd``. About ten
+    times faster: most of ``local_sgd``'s time on a 650-parameter model is autograd and optimizer overhead.
+
+    Shapes: ``params`` ``(650,)``; ``x`` ``(n, 64)``; ``y`` ``(n,)`` int64. Returns the new ``(650,)``
+    parameters (a new tensor) and the mean training loss.
+    """
+    gen = torch.Generator().manual_seed(int(seed) % (2**63))
+    p = params.detach().clone()
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for _ in range(epochs):
+            perm = torch.randperm(x.shape[0], generator=gen)
+            for start in range(0, x.shape[0], batch_size):
+                idx = perm[start : start + batch_size]
+                xb, yb = x[idx], y[idx]
+                logp = torch.log_softmax(_logits(p, xb), 1)
+                loss = nn.functional.nll_loss(logp, yb)
+                g = torch.zeros_like(logp)
+                g[torch.arange(len(yb)), yb] = -1.0 / len(yb)
+                g = torch._log_softmax_backward_data(g, logp, 1, logp.dtype)
+                p.add_(torch.cat([xb.t().mm(g).t().reshape(-1), g.sum(0)]), alpha=-lr)
+                total += float(loss) * idx.numel()
+                count += idx.numel()
+    return p, total / max(count, 1)
+
+
+@dataclass
+class _LogRegSetup(ClientSetup):
+    """:class:`ClientSetup` whose honest clients train :class:`_LogReg` with :func:`logreg_sgd`.
+
+    The same update as the parent's ``local_sgd`` bit for bit (see :func:`logreg_sgd`), computed cheaper.
+    """
+
+    def honest_update(self, client: int, state: dict[str, torch.Tensor], job: int) -> tuple[nn.Module, float]:
+        x, y = self.partitions[client]
+        params, loss = logreg_sgd(
+            state["params"], x, y, self.epochs, self.lr, self.batch_size, self.job_seed(client, job)
+        )
+        return _LogReg(params), loss
 
 
 def _data(config: dict[str, Any], seed: int):
@@ -78,10 +187,8 @@ def _evaluator(test):
     xte, yte = test
 
     def evaluate(_round: int, state: dict[str, torch.Tensor]) -> dict[str, float]:
-        m = _model()
-        m.load_state_dict(state)
         with torch.no_grad():
-            return {"accuracy": float((m(xte).argmax(1) == yte).float().mean())}
+            return {"accuracy": float((_logits(state["params"], xte).argmax(1) == yte).float().mean())}
 
     return evaluate
 
@@ -101,12 +208,14 @@ def _fl(
     engine="inprocess",
     **attack_kw,
 ):
-    if attack in ("MinMax", "MinSum", "ASAP", "FedSA-lite") and "direction" in config:
+    """One federation: ``rounds`` rounds of ``rule`` with the arm ``attack`` (or ``"none"``) from ``state``."""
+    if attack in ("minmax", "minsum", "asap", "fedsa_lite") and "direction" in config:
         attack_kw.setdefault("direction", config["direction"])  # LIE keeps its own (std) direction
-    setup = ClientSetup(
-        _model, partitions, lr=config["lr"], batch_size=config["batch_size"], seed=seed,
+    name = ATTACKS[attack]
+    setup = _LogRegSetup(
+        _blank_model, partitions, lr=config["lr"], batch_size=config["batch_size"], seed=seed,
         malicious=mal if attack != "none" else (),
-        attack_fn=(lambda: make_attack(attack, target, **attack_kw)) if attack != "none" else None, holdout=holdout,
+        attack_fn=(lambda: make_attack(name, target, **attack_kw)) if attack != "none" else None, holdout=holdout,
     )  # fmt: skip
     n = len(partitions)
     strategy = make_defence(rule, num_malicious=_assumed_f(rule, n, len(mal)), beta=config["trim_beta"],
@@ -180,8 +289,8 @@ def run(config: dict[str, Any], seed: int) -> SeedResult:
             cells.append((key, target, traces))
             if rule == "fedavg":
                 any_fedavg.append(float(any(table[key][b]["rounds"] is not None for b in BASELINES)))
-            either_reached.append(float(table[key]["LIE"]["rounds"] is not None
-                                        or table[key]["MinMax"]["rounds"] is not None))  # fmt: skip
+            either_reached.append(float(table[key]["lie"]["rounds"] is not None
+                                        or table[key]["minmax"]["rounds"] is not None))  # fmt: skip
     scored = [c for c in cells if c[0] not in trivial] or cells  # every cell trivial: score them all
     for key, _target, traces in scored:
         for arm in arms:
@@ -190,7 +299,7 @@ def run(config: dict[str, Any], seed: int) -> SeedResult:
             per["D"][arm].append(row["deviation"])
             per["H"][arm].append(row["hold_deviation"])
             per["final"][arm].append(row["final"])
-            per["gap"][arm].append(float(np.mean(np.abs(np.subtract(traces[arm][1:], traces["MinMax"][1:])))))
+            per["gap"][arm].append(float(np.mean(np.abs(np.subtract(traces[arm][1:], traces["minmax"][1:])))))
     metrics = {
         "rounds_to_target": {a: float(np.mean(per["R"][a])) for a in arms},
         "target_deviation": {a: float(np.mean(per["D"][a])) for a in arms},
@@ -232,7 +341,7 @@ def run(config: dict[str, Any], seed: int) -> SeedResult:
     if config.get("unbounded_diagnostic"):
         # Not a criterion: do the controllers track y* when the stealth bound is lifted (fedavg)?
         diag = {}
-        for arm in (METHOD, "FedSA-lite"):
+        for arm in (METHOD, "fedsa_lite"):
             trace, _, _ = _fl(config, seed, partitions, mal, holdout, test, "fedavg", arm, 0.5, warm, horizon,
                               alpha_max=20.0, alpha_min=-10.0)  # fmt: skip
             r = round_complexity(trace, 0.5, eps=eps, window=window)
@@ -294,7 +403,7 @@ def plot(result: dict[str, Any], folder: Path) -> list[Path]:
         for ax, key in zip(axes.flat, keys):
             for arm, runs in curves[key].items():
                 run = np.asarray(runs[0] if runs and isinstance(runs[0], list) else runs, dtype=float)
-                ax.plot(run, label=arm)
+                ax.plot(run, label=DISPLAY_NAMES.get(arm, arm))
             target = float(key.split("@")[1])
             ax.axhline(target, color="k", ls="--", lw=0.8)
             ax.set_title(key, fontsize=9)
@@ -309,7 +418,8 @@ def plot(result: dict[str, Any], folder: Path) -> list[Path]:
         for ax, grid, title, cmap in ((axes[0], rounds, "rounds to reach and hold y* (never = horizon + 1)", "viridis_r"),
                                       (axes[1], dev, "target deviation mean |acc - y*|", "magma_r")):  # fmt: skip
             im = ax.imshow(grid, cmap=cmap, aspect="auto")
-            ax.set_xticks(range(len(cols_r)), cols_r, rotation=45, ha="right", fontsize=7)
+            ax.set_xticks(range(len(cols_r)), [DISPLAY_NAMES.get(c, c) for c in cols_r], rotation=45, ha="right",
+                          fontsize=7)  # fmt: skip
             ax.set_yticks(range(len(rows_r)), rows_r, fontsize=7)
             for i in range(grid.shape[0]):
                 for j in range(grid.shape[1]):
@@ -423,7 +533,7 @@ CLAIM = Claim(
             "engine_check": True,
         },
     },  # fmt: skip
-    seeds={"smoke": (0,), "quick": (0,), "full": (0, 1, 2)},
+    seeds={"smoke": (0,), "quick": (0,), "full": (0, 1, 2, 5, 6, 7)},
     implemented=(
         "ASAPAttack (adaptive sliding-mode controller ASMCController with a PI sliding surface, reaching law with "
         "boundary layer, normalised-LMS finite Fourier-basis disturbance estimate, projected gain adaptation, "
@@ -433,8 +543,10 @@ CLAIM = Claim(
         "disturbance estimate). Defences are Flower's own strategies chosen by name (flwr.serverapp.strategy "
         "FedAvg, Krum, MultiKrum, FedMedian, FedTrimmedAvg beta=0.2, Bulyan) with clear errors, a non-finite "
         "policy and selection records added around them; malicious Flower ClientApps collude by deterministic "
-        "replication. References: no-attack (the same rounds with every client honest), any-baseline@fedavg "
-        "(whether some baseline attack reached and held the target under FedAvg) and LIE-or-MinMax."
+        "replication. References: no_attack (the same rounds with every client honest), any_baseline_fedavg "
+        "(whether some baseline attack reached and held the target under FedAvg) and lie_or_minmax. Arms are "
+        "snake_case in the metrics (asap, lie, minmax, minsum, fang_krum, fang_trim, fmpa, fedsa_lite); "
+        "DISPLAY_NAMES maps them to the paper's names, which the plots show."
     ),
     differences=(
         "The paper's exact equations are not public: the scalar plant, the PI surface, the adaptive laws and the "
@@ -453,7 +565,10 @@ CLAIM = Claim(
         "ASAP not run) found that with m = 6 some baseline reaches and holds one of the three levels in every seed, "
         "while a larger malicious fraction (m = 8) did not make any single level reliably reachable; so the grid "
         "of three levels (not a stronger attacker) is the change, declared before the second full run, which uses 3 "
-        "seeds (0-2) to fit the 10-minute budget (each seed is 6 rules x 15 federations). Defences (issue 25): Flower's "
+        "seeds (0-2) to fit the 10-minute budget (each seed is 6 rules x 15 federations); the verdict of those 3 seeds "
+        "flipped on the unseen seeds 5-7 (results/seedcheck: LIE's rounds-to-target), so the full profile is now the "
+        "two splits pooled, seeds 0, 1, 2, 5, 6, 7 (issue 21; made to fit the budget by a cheaper harness with the same "
+        "numbers, see the module docstring, not by cutting). Defences (issue 25): Flower's "
         "strategies; the server assumes the true m = 6 Byzantine clients for Krum and Multi-Krum (n = 20 > 2m + 2) "
         "and m capped at 4 for Bulyan (n >= 4f + 3 allows at most 4 of 20; 6 exceeds Bulyan's guarantee). Flower's "
         "Multi-Krum averages weighted by sample count and Flower's Bulyan selects by one-shot Multi-Krum instead "
@@ -465,8 +580,8 @@ CLAIM = Claim(
         "if every cell is trivial all are scored); the clean-learning premise reads the no-attack FedAvg run; the "
         "reachability premise asks, per seed, that some baseline attack reaches and holds some target of the "
         "grid under FedAvg (issue 25; target_reachable), replacing 'LIE or MinMax reaches it in >= 20% of cells', "
-        "which stays reported, as does the per-target fraction (reached_fraction of any-baseline@fedavg). Full "
-        "profile: 3 seeds, all six rules, three targets; quick: 1 seed, fedavg, median and krum, 20 attacked rounds, hold window 8. "
+        "which stays reported, as does the per-target fraction (reached_fraction of any_baseline_fedavg). Full "
+        "profile: 6 seeds, all six rules, three targets; quick: 1 seed, fedavg, median and krum, 20 attacked rounds, hold window 8. "
         "Rounds-to-target uses the server's clean test accuracy; a target never reached and held counts as "
         "horizon + 1 rounds. LIE/MinMax/MinSum/Fang/FMPA use only the attackers' own honest updates and global "
         "models (partial knowledge); Fang-Krum and Fang-Trim are AGR-tailored by design and run against every "
@@ -484,13 +599,13 @@ CLAIM = Claim(
         "target_deviation": "mean |acc_t - y*| over all attacked rounds t = 1..horizon; mean over the scored cells.",
         "hold_deviation": "mean |acc_t - y*| from round R_0.05 on (all attacked rounds if never reached).",
         "final_accuracy": "server test accuracy after the last attacked round; mean over the scored cells "
-        "(no-attack: the same rounds without attackers under FedAvg).",
+        "(no_attack: the same rounds without attackers under FedAvg).",
         "reached_fraction": "fraction of scored (rule, target) cells in which the target was reached and held "
-        "(any-baseline@fedavg: fraction of targets some baseline attack reached and held under FedAvg; "
-        "LIE-or-MinMax: fraction of all cells either of the two reached).",
+        "(any_baseline_fedavg: fraction of targets some baseline attack reached and held under FedAvg; "
+        "lie_or_minmax: fraction of all cells either of the two reached).",
         "target_reachable": "1 if some baseline attack reached and held some target of the grid under FedAvg in "
         "this seed, else 0 (the testbed premise: a target level can be reached and held at all).",
-        "gap_to_minmax": "mean over attacked rounds of |acc_t(arm) - acc_t(MinMax)|; mean over the scored cells "
+        "gap_to_minmax": "mean over attacked rounds of |acc_t(arm) - acc_t(minmax)|; mean over the scored cells "
         "(0 when an arm saturates into MinMax).",
     },
 )
