@@ -236,6 +236,27 @@ def test_evaluate_stream_reports_metrics_and_is_deterministic():
     assert a["ap"] > 0.5  # the stream repeats pairs, so memorisation beats chance
 
 
+def test_evaluate_stream_without_mrr_draws_the_same_negatives():
+    data, info = interaction_stream(60, 700, msg_dim=4, seed=3)
+    tr, va, te = chronological_split(data)
+
+    def go(with_mrr):
+        torch.manual_seed(0)
+        model = TGNLinkPredictor(60, 4, memory_dim=8, time_dim=8, embedding_dim=6, num_neighbors=3)
+        for b in temporal_loader(tr, 100):
+            model.observe(b.src, b.dst, b.t, b.msg)
+        sampler = NegativeSampler(torch.arange(60), seed=1)
+        first = evaluate_stream(model, va, sampler, 50, 4, info.new_nodes, with_mrr=with_mrr)
+        second = evaluate_stream(model, te, sampler, 50, 4, info.new_nodes)  # later negatives: same stream
+        return first, second
+
+    (a, a2), (b, b2) = go(True), go(False)
+    for k in ("ap", "auc", "ind_ap", "ind_auc", "ind_events"):
+        assert a[k] == b[k], k
+    assert "mrr" in a and "mrr" not in b
+    assert all(a2[k] == b2[k] for k in ("ap", "auc", "mrr"))
+
+
 def test_tgn_embed_matches_score_path_and_shapes():
     torch.manual_seed(0)
     data, _ = interaction_stream(30, 200, msg_dim=4, seed=9)

@@ -29,9 +29,8 @@ from neurips26.common.temporal import (
     NegativeSampler,
     TGNLinkPredictor,
     chronological_split,
+    evaluate_stream,
     interaction_stream,
-    link_prediction_metrics,
-    mrr,
     temporal_loader,
     train_epoch,
 )
@@ -92,55 +91,6 @@ def _history_sampler(pool, parts, strategy: str, seed: int) -> NegativeSampler:
     return s
 
 
-@torch.no_grad()
-def _evaluate(model, data, sampler, batch_size: int, q: int, new_nodes, with_mrr: bool) -> dict:
-    """``neurips26.common.temporal.evaluate_stream`` with the MRR candidates optional.
-
-    The MRR destinations are always drawn, so the sampler's random stream (and every later negative) is
-    the one ``evaluate_stream`` uses; ``with_mrr=False`` only skips scoring them (the historical pass
-    reports AP/AUC, not MRR). Per-candidate scores do not depend on the other candidates of the call.
-    """
-    if isinstance(model, torch.nn.Module):
-        model.eval()
-    aps, aucs, mrrs, ind_pos, ind_neg = [], [], [], [], []
-    start = time.perf_counter()
-    for batch in temporal_loader(data, batch_size):
-        src, dst, t, msg = batch.src, batch.dst, batch.t, batch.msg
-        b = src.numel()
-        neg_src, neg_dst = sampler.sample(src, dst)
-        mrr_dst = sampler.random_dst(b, q)
-        if with_mrr:
-            all_src = torch.cat([src, neg_src, src.repeat_interleave(q)])
-            all_dst = torch.cat([dst, neg_dst, mrr_dst.flatten()])
-            s = model.score(all_src, all_dst, t.repeat(2 + q)).float()
-        else:
-            s = model.score(torch.cat([src, neg_src]), torch.cat([dst, neg_dst]), t.repeat(2)).float()
-        pos, neg = s[:b], s[b : 2 * b]
-        m = link_prediction_metrics(pos, neg)
-        aps.append(m["ap"])
-        aucs.append(m["auc"])
-        if with_mrr:
-            mrrs.append(mrr(pos, s[2 * b :].view(b, q)))
-        sel = new_nodes[src] | new_nodes[dst]
-        ind_pos.append(pos[sel])
-        ind_neg.append(neg[sel])
-        model.observe(src, dst, t, msg)
-        sampler.observe(src, dst)
-    out = {
-        "ap": float(np.mean(aps)),
-        "auc": float(np.mean(aucs)),
-        "seconds": time.perf_counter() - start,
-        "events": data.num_events,
-    }
-    if with_mrr:
-        out["mrr"] = float(np.mean(mrrs))
-    p, n = torch.cat(ind_pos), torch.cat(ind_neg)
-    out["ind_events"] = int(p.numel())
-    if p.numel():
-        out.update({f"ind_{k}": v for k, v in link_prediction_metrics(p, n).items()})
-    return out
-
-
 def _test(model, train, val, test, pool, cfg, seed, new_nodes) -> dict:
     """Random- and historical-negative passes over the test split, each from the state after train + val
     (replayed once and copied: the state does not depend on the pass)."""
@@ -156,8 +106,15 @@ def _test(model, train, val, test, pool, cfg, seed, new_nodes) -> dict:
     for k, strategy in enumerate(("random", "historical")):
         state = copy.deepcopy(model)
         sampler = _history_sampler(pool, (train, val), strategy, seed + 100 + k)
-        out[strategy] = _evaluate(
-            state, test, sampler, cfg["batch_size"], cfg["mrr_negatives"], new_nodes, strategy == "random"
+        # the historical pass reports AP/AUC only: its MRR candidates are drawn (same stream) but not scored
+        out[strategy] = evaluate_stream(
+            state,
+            test,
+            sampler,
+            cfg["batch_size"],
+            cfg["mrr_negatives"],
+            new_nodes,
+            with_mrr=strategy == "random",
         )
     return out
 

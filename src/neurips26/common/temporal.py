@@ -500,12 +500,18 @@ def evaluate_stream(
     batch_size: int,
     num_mrr_negatives: int = 10,
     inductive_nodes: Tensor | None = None,
+    with_mrr: bool = True,
 ) -> dict[str, float]:
     """Score ``data`` batch by batch (continuing the model's state), then ``observe`` each batch.
 
     Returns AP/AUC (per batch, averaged; DyGLib) against ``sampler``'s negatives, one-vs-many MRR against
     ``num_mrr_negatives`` random destinations per positive, wall seconds, and, when ``inductive_nodes``
     (bool mask ``[N]``) is given, AP/AUC pooled over events touching such a node (``ind_ap``, ``ind_auc``).
+
+    ``with_mrr=False`` still draws the MRR destinations, so the sampler's random stream (and every later
+    negative) is the same, but does not score them and leaves ``mrr`` out (a pass that reports AP/AUC only,
+    e.g. against historical negatives). A candidate's score does not depend on the other candidates of the
+    call, so AP/AUC are the same either way.
     """
     check_int("num_mrr_negatives", num_mrr_negatives, low=1)
     if isinstance(model, torch.nn.Module):
@@ -517,14 +523,17 @@ def evaluate_stream(
         b = src.numel()
         neg_src, neg_dst = sampler.sample(src, dst)
         mrr_dst = sampler.random_dst(b, num_mrr_negatives)
-        all_src = torch.cat([src, neg_src, src.repeat_interleave(num_mrr_negatives)])
-        all_dst = torch.cat([dst, neg_dst, mrr_dst.flatten()])
-        s = model.score(all_src, all_dst, t.repeat(2 + num_mrr_negatives)).float()
-        pos, neg, qneg = s[:b], s[b : 2 * b], s[2 * b :].view(b, num_mrr_negatives)
+        if with_mrr:
+            all_src = torch.cat([src, neg_src, src.repeat_interleave(num_mrr_negatives)])
+            all_dst = torch.cat([dst, neg_dst, mrr_dst.flatten()])
+            s = model.score(all_src, all_dst, t.repeat(2 + num_mrr_negatives)).float()
+            mrrs.append(mrr(s[:b], s[2 * b :].view(b, num_mrr_negatives)))
+        else:
+            s = model.score(torch.cat([src, neg_src]), torch.cat([dst, neg_dst]), t.repeat(2)).float()
+        pos, neg = s[:b], s[b : 2 * b]
         m = link_prediction_metrics(pos, neg)
         aps.append(m["ap"])
         aucs.append(m["auc"])
-        mrrs.append(mrr(pos, qneg))
         if inductive_nodes is not None:
             sel = inductive_nodes[src] | inductive_nodes[dst]
             ind_pos.append(pos[sel])
@@ -534,7 +543,7 @@ def evaluate_stream(
     out = {
         "ap": float(np.mean(aps)),
         "auc": float(np.mean(aucs)),
-        "mrr": float(np.mean(mrrs)),
+        **({"mrr": float(np.mean(mrrs))} if with_mrr else {}),
         "seconds": time.perf_counter() - start,
         "events": data.num_events,
     }
