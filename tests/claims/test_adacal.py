@@ -6,11 +6,17 @@ from __future__ import annotations
 import pytest
 
 from neurips26.claims.adacal import (
+    CHANCE,
     CLAIM,
+    DENSE_THRESHOLD,
     EXCLUDED_TASKS,
+    PREMISE_CALIBRATION,
+    PREMISE_CALIBRATION_SEEDS,
+    PREMISE_FRACTION,
     TASK_TYPES,
     TASKS,
     a_shape_density,
+    calibrate_premise,
     count_items,
     matched_window,
 )
@@ -36,8 +42,8 @@ def test_count_items_are_exact_and_local():
         assert it.answers == (str(terms[-1] + 1),)
         assert it.prompt.count("Tally:") == 1  # the rule is local: no copy of it in the haystack
         assert it.context_end == it.needle_positions[0] < len(it.input_ids)
-        # the generation cap fits the answer (plus one token), not a second term
-        assert it.max_new_tokens == 3  # ["", "NN"] + 1
+        # the generation cap is what the answer needs, never room for a second term
+        assert it.max_new_tokens == 2  # ["", "NN"]
         assert score_item(f"{terms[-1] + 1},", it.answers) == 1.0
         assert score_item(f"{terms[-1] + 2},", it.answers) == 0.0
     assert items == count_items(WordTokenizer(), 300, 5, seed=1)
@@ -81,6 +87,34 @@ def test_tasks_are_declared_and_exclusions_named():
     assert all(CLAIM.items[f"acc_{t}"]["full"] == CLAIM.configs["full"]["n_per_task"] for t in TASKS)
 
 
+def test_premise_bars_follow_the_declared_rule():
+    """Bars = fraction x calibrated dense accuracy, above key-blind chance; calibration seeds are disjoint
+    from the evaluation seeds of every profile, the unseen-seed check (6-8) and the dispatcher's items."""
+    for t in TASKS:
+        assert DENSE_THRESHOLD[t] == pytest.approx(PREMISE_FRACTION * PREMISE_CALIBRATION[t], abs=1e-4)
+        assert DENSE_THRESHOLD[t] > CHANCE[t]
+        (premise,) = [p for p in CLAIM.premises if p.label == f"dense_solves_{t}"]
+        assert premise.threshold == DENSE_THRESHOLD[t] and premise.arm == "dense"
+    used = {s for seeds in CLAIM.seeds.values() for s in seeds} | {6, 7, 8}
+    used |= {10_000 + s for s in used}
+    assert not set(PREMISE_CALIBRATION_SEEDS) & used
+
+
+def test_calibrate_premise_smoke():
+    config = dict(CLAIM.configs["smoke"], n_per_task=2)
+    out = calibrate_premise(config, seeds=(1000, 1001))
+    assert set(out["accuracy"]) == set(TASKS) and out["items"] == {t: 4 for t in TASKS}
+    assert all(0.0 <= a <= 1.0 for a in out["accuracy"].values())
+    assert out["seeds"] == [1000, 1001] and out["dtype"] == "float32"
+    assert calibrate_premise(config, seeds=(1000, 1001)) == out
+    with pytest.raises(ValueError, match="seeds"):
+        calibrate_premise(config, seeds=())
+    with pytest.raises(ValueError, match="seeds"):
+        calibrate_premise(config, seeds=(-1,))
+    with pytest.raises(ValueError, match="n"):
+        calibrate_premise(config, seeds=(1000,), n=0)
+
+
 @pytest.fixture
 def smoke(smoke_result, smoke_rerun):
     return smoke_result("adacal"), smoke_rerun("adacal")
@@ -110,6 +144,7 @@ def test_smoke_structure(smoke):
     assert 0.0 <= info["dispatch_batch_accuracy"] <= 1.0
     assert info["dispatch_calibration_items"] == len(TASKS) * CLAIM.configs["smoke"]["n_calib"]
     assert set(info["excluded_tasks"]) == set(EXCLUDED_TASKS)
+    assert info["premise_rule"]["dense_threshold"] == DENSE_THRESHOLD
     assert set(info["accuracy_table"]) == set(TASKS)
 
 

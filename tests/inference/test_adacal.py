@@ -77,6 +77,45 @@ def test_sparse_attention_matches_hand_masked_softmax():
     torch.testing.assert_close(out[0, 10], expected, atol=1e-6, rtol=1e-5)
 
 
+def _bool_mask_reference(q, k, v, block_mask, block):
+    """The boolean token mask (expanded blocks & tril, diagonal on) through one SDPA call."""
+    b, h, n, _ = q.shape
+    nb = math.ceil(n / block)
+    m = block_mask
+    while m.dim() < 4:
+        m = m.unsqueeze(0)
+    m = (m | torch.eye(nb, dtype=torch.bool)).expand(b, h, nb, nb)
+    tok = m[:, :, :, None, :, None].expand(b, h, nb, block, nb, block).reshape(b, h, nb * block, nb * block)
+    allowed = tok[..., :n, :n] & torch.ones(n, n, dtype=torch.bool).tril()
+    rep = h // k.shape[1]
+    ke, ve = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
+    return F.scaled_dot_product_attention(q, ke, ve, attn_mask=allowed).transpose(1, 2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(("n", "block"), [(64, 16), (53, 8), (5, 16)])
+def test_masked_backend_additive_mask_equals_boolean_mask(dtype, n, block):
+    """The fast path (additive mask of the query dtype, broadcast plans kept broadcast) computes exactly
+    what a boolean token mask gives, bit for bit, for per-(batch, head), broadcast and 2-D plans."""
+    q, k, v = _qkv(b=3, h=4, h_kv=2, n=n, dtype=dtype, seed=11)
+    nb = math.ceil(n / block)
+    g = torch.Generator().manual_seed(2)
+    plans = (
+        torch.rand(3, 4, nb, nb, generator=g) < 0.4,
+        (torch.rand(nb, nb, generator=g) < 0.4).expand(3, 4, nb, nb),
+        (torch.rand(1, 4, nb, nb, generator=g) < 0.4).expand(3, 4, nb, nb),
+        torch.rand(nb, nb, generator=g) < 0.3,
+    )
+    for plan in plans:
+        out = sparse_prefill_attention(q, k, v, plan, block, backend="masked")
+        assert out.dtype == dtype and torch.isfinite(out).all()
+        assert torch.equal(out, _bool_mask_reference(q, k, v, plan, block))
+    # broadcast and materialised copies of one plan give the same result
+    plan = torch.rand(nb, nb, generator=g) < 0.5
+    a = sparse_prefill_attention(q, k, v, plan.expand(3, 4, nb, nb), block)
+    assert torch.equal(a, sparse_prefill_attention(q, k, v, plan.expand(3, 4, nb, nb).clone(), block))
+
+
 @pytest.mark.parametrize("n", [48, 53])
 def test_gather_and_masked_backends_agree(n):
     q, k, v = _qkv(b=2, h=4, h_kv=2, n=n)
