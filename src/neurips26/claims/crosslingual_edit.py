@@ -6,6 +6,15 @@ a time), MEMIT and AlphaEdit (one batch) write new objects from language-A promp
 ``down_proj``; we measure source efficacy, transfer to language B, locality, the exact gap
 decomposition, the residual-prediction barrier (ridge from A residuals to B residuals, 5-fold over
 requests) and, after contrastive key realignment on disjoint subjects, the same again.
+
+Real-model arm (full profile, seed 0, reported in ``info['gemma3_270m']``, not judged): English edits on
+Gemma-3-270M probed in German and Spanish (``gemma_targets``). Probe languages cost about 21 s CPU per round
+each (value optimisation of the 6 target requests, keys, probes), measured in one process on a loaded
+machine: de 19.7 s, fr 20.6 s, es 22.0 s, plus ~2.4 s each to find the known facts; a language runs in
+both rounds (before and after realignment), so Spanish adds ~47 s CPU to the 507 s cold full profile of
+commit d2a189e (load ~2), ~555 s estimated. French is left out: Gemma-3-270M knows 0 of the 45 CLDR
+capitals in French with the template (German 28, Spanish 21, English 13), so French transfer on known
+facts cannot be measured, and it would add another ~44 s CPU (~600 s, over the budget).
 """
 
 from __future__ import annotations
@@ -87,7 +96,9 @@ class BilingualWorld:
                 "fillers": take(n_fillers),
             }
         self.vocab_size = nxt[0]
-        self.facts = np.array([[rng.randrange(n_objects) for _ in range(n_relations)] for _ in range(n_subjects)])
+        self.facts = np.array(
+            [[rng.randrange(n_objects) for _ in range(n_relations)] for _ in range(n_subjects)]
+        )
 
     def prompt(self, lang: str, s: int, r: int, template: int = 0) -> tuple[list[int], tuple[int, int]]:
         """Prompt tokens (no BOS, no object) and the subject's token span."""
@@ -116,13 +127,17 @@ class BilingualWorld:
             for s in range(self.S):
                 for r in range(self.R):
                     if rng.random() < p_par:
-                        lines.append([BOS_ID] + self.line("A", s, r, rng) + self.line("B", s, r, rng) + [EOS_ID])
+                        lines.append(
+                            [BOS_ID] + self.line("A", s, r, rng) + self.line("B", s, r, rng) + [EOS_ID]
+                        )
                     else:
                         for lang in ("A", "B"):
                             lines.append([BOS_ID] + self.line(lang, s, r, rng) + [EOS_ID])
         return lines
 
-    def request(self, lang: str, s: int, r: int, new: int | None, template: int = 0, bos: bool = True) -> TokenizedRequest:
+    def request(
+        self, lang: str, s: int, r: int, new: int | None, template: int = 0, bos: bool = True
+    ) -> TokenizedRequest:
         p, span = self.prompt(lang, s, r, template)
         head = [BOS_ID] if bos else []
         old = self.obj(lang, r, int(self.facts[s, r]))
@@ -133,13 +148,27 @@ class BilingualWorld:
 def _model_and_world(cfg: dict) -> tuple[Any, BilingualWorld, dict]:
     world = BilingualWorld(cfg["subjects"], cfg["relations"], cfg["objects"], seed=cfg["world_seed"])
     lines = world.training_lines(cfg["reps"], cfg["p_par"], cfg["world_seed"])
-    arch = dict(hidden_size=cfg["hidden"], intermediate_size=cfg["intermediate"], num_hidden_layers=cfg["layers"],
-                num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=64)
+    arch = dict(
+        hidden_size=cfg["hidden"],
+        intermediate_size=cfg["intermediate"],
+        num_hidden_layers=cfg["layers"],
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=64,
+    )
     model, hist = train_or_load(
         "crosslingual-edit-world",
-        {"world": {k: cfg[k] for k in ("subjects", "relations", "objects", "world_seed", "reps", "p_par")}, "arch": arch},
+        {
+            "world": {k: cfg[k] for k in ("subjects", "relations", "objects", "world_seed", "reps", "p_par")},
+            "arch": arch,
+        },
         lambda: build_tiny_lm("llama", vocab_size=world.vocab_size, seed=cfg["train_seed"], **arch),
-        lines, steps=cfg["train_steps"], batch_size=64, lr=cfg["train_lr"], warmup=20, seed=cfg["train_seed"],
+        lines,
+        steps=cfg["train_steps"],
+        batch_size=64,
+        lr=cfg["train_lr"],
+        warmup=20,
+        seed=cfg["train_seed"],
     )
     return model, world, hist
 
@@ -164,11 +193,17 @@ def _edit_round(model, world, cfg, edit_subj, rng, C0_batches) -> dict[str, Any]
     reqs_src, reqs_tgt, pre = [], [], {}
     for lang in ("A", "B"):
         prng = random.Random(cfg["world_seed"] + 7)
-        pre[lang] = [[BOS_ID] + [prng.choice(world.lang[lang]["fillers"]) for _ in range(k % 4)] for k in range(cfg["n_prefix"])]
+        pre[lang] = [
+            [BOS_ID] + [prng.choice(world.lang[lang]["fillers"]) for _ in range(k % 4)]
+            for k in range(cfg["n_prefix"])
+        ]
     for s, r, new in edit_subj:
         reqs_src.append(world.request("A", s, r, new))
         reqs_tgt.append(world.request("B", s, r, new))
-    nob = lambda rq: [TokenizedRequest(q.prompt_ids[1:], q.subject_last - 1, q.target_ids, q.truth_ids) for q in rq]  # noqa: E731
+
+    def nob(rq):  # the requests without their BOS token
+        return [TokenizedRequest(q.prompt_ids[1:], q.subject_last - 1, q.target_ids, q.truth_ids) for q in rq]
+
     vk = dict(steps=cfg["value_steps"], lr=cfg["value_lr"], clamp_norm_factor=cfg["clamp"])
     t0 = time.perf_counter()
     _, R_s = compute_target_values(site, nob(reqs_src), pre["A"], **vk)
@@ -184,7 +219,11 @@ def _edit_round(model, world, cfg, edit_subj, rng, C0_batches) -> dict[str, Any]
             unrelated.append(list(world.request(lang, s, r, None).prompt_ids))
     base_top = top1_next_tokens(model, unrelated)
     P = null_space_projector(C0, cfg["alpha_eps"])
-    out: dict[str, Any] = {"cov_s": cov_s, "value_s_per_fact": value_s, "null_dim": int(round(float(torch.trace(P))))}
+    out: dict[str, Any] = {
+        "cov_s": cov_s,
+        "value_s_per_fact": value_s,
+        "null_dim": int(round(float(torch.trace(P)))),
+    }
 
     def measure(upd_list, idx):
         handles = [apply_update(site, u) for u in upd_list]
@@ -208,10 +247,12 @@ def _edit_round(model, world, cfg, edit_subj, rng, C0_batches) -> dict[str, Any]
                 srcs.append(s_)
                 tgts.append(t_)
                 locs.append(l_)
-                decs.append(decompose_gaps(u, K_s[:, i:i + 1], K_t[:, i:i + 1], R_t[:, i:i + 1], C0))
+                decs.append(decompose_gaps(u, K_s[:, i : i + 1], K_t[:, i : i + 1], R_t[:, i : i + 1], C0))
             src, tgt, loc = torch.cat(srcs), torch.cat(tgts), float(np.mean(locs))
-            dec = {f: torch.cat([getattr(d, f) for d in decs])
-                   for f in ("alpha", "cos_C", "f_orth", "rel_residual_mismatch", "identity_error")}
+            dec = {
+                f: torch.cat([getattr(d, f) for d in decs])
+                for f in ("alpha", "cos_C", "f_orth", "rel_residual_mismatch", "identity_error")
+            }
         else:
             if editor == "memit":
                 # lambda (mom2_update_weight) is chosen on source efficacy only: the largest grid value
@@ -223,32 +264,45 @@ def _edit_round(model, world, cfg, edit_subj, rng, C0_batches) -> dict[str, Any]
                     tried.append((float(src.mean()), lam, u, src, tgt, loc))
                     if src.mean() >= 0.9:
                         break
-                eff_best, lam, u, src, tgt, loc = max(tried, key=lambda t: (t[0] >= 0.9, t[0] if t[0] < 0.9 else t[1]))
+                eff_best, lam, u, src, tgt, loc = max(
+                    tried, key=lambda t: (t[0] >= 0.9, t[0] if t[0] < 0.9 else t[1])
+                )
                 out["memit_lam"] = lam
             else:
                 u = alphaedit_update(K_s, R_s, P=P, l2=cfg["alpha_l2"])
                 src, tgt, loc = measure([u], list(range(n)))
             d = decompose_gaps(u, K_s, K_t, R_t, C0)
-            dec = {f: getattr(d, f) for f in ("alpha", "cos_C", "f_orth", "rel_residual_mismatch", "identity_error")}
+            dec = {
+                f: getattr(d, f)
+                for f in ("alpha", "cos_C", "f_orth", "rel_residual_mismatch", "identity_error")
+            }
             if editor == "memit":
                 # post-hoc correction at the target keys: predicted (ridge, 5-fold) vs oracle residual
                 folds = np.array_split(np.arange(n), 5)
                 R_hat = torch.zeros_like(R_t)
                 for f in folds:
                     tr = np.setdiff1d(np.arange(n), f)
-                    R_hat[:, f] = residual_prediction_barrier(R_s[:, tr], R_t[:, tr], R_s[:, f], R_t[:, f])["R_t_hat"]
+                    R_hat[:, f] = residual_prediction_barrier(R_s[:, tr], R_t[:, tr], R_s[:, f], R_t[:, f])[
+                        "R_t_hat"
+                    ]
                 # R^2 pooled over the held-out predictions of all folds
                 u_s = R_s / R_s.norm(dim=0, keepdim=True).clamp_min(1e-300)
                 out["barrier_r2"] = _r2(R_t, R_hat)
-                out["barrier_r2_orth"] = _r2(R_t - u_s * (u_s * R_t).sum(0), R_hat - u_s * (u_s * R_hat).sum(0))
+                out["barrier_r2_orth"] = _r2(
+                    R_t - u_s * (u_s * R_t).sum(0), R_hat - u_s * (u_s * R_hat).sum(0)
+                )
                 for name, target in (("oracle_correction", R_t), ("predicted_correction", R_hat)):
                     corr = memit_update(K_t, target - u.delta_W @ K_t, C0, lam=out["memit_lam"])
                     _, t2, _ = measure([u, corr], list(range(n)))
                     out[name] = float(t2.mean())
         out[editor] = {
-            "efficacy": float(src.mean()), "transfer": float(tgt.mean()), "locality": loc,
-            "alpha": float(dec["alpha"].mean()), "cos_C": float(dec["cos_C"].mean()),
-            "f_orth": float(dec["f_orth"].mean()), "f_orth_median": float(dec["f_orth"].median()),
+            "efficacy": float(src.mean()),
+            "transfer": float(tgt.mean()),
+            "locality": loc,
+            "alpha": float(dec["alpha"].mean()),
+            "cos_C": float(dec["cos_C"].mean()),
+            "f_orth": float(dec["f_orth"].mean()),
+            "f_orth_median": float(dec["f_orth"].median()),
             "rel_residual_mismatch": float(dec["rel_residual_mismatch"].mean()),
             "identity_max": float(dec["identity_error"].max()),
             "edit_s_per_fact": (time.perf_counter() - t0) / n,
@@ -259,7 +313,10 @@ def _edit_round(model, world, cfg, edit_subj, rng, C0_batches) -> dict[str, Any]
 # ------------------------------------------------------------------------ real-model arm (Gemma)
 def _gemma_round(model, site, cfg, src, tgts, keeps, C0, unrelated) -> dict[str, Any]:
     """ROME / MEMIT / AlphaEdit from the English requests ``src`` on one model state, probed in ``tgts``."""
-    nob = lambda rq: [TokenizedRequest(q.prompt_ids[1:], q.subject_last - 1, q.target_ids, q.truth_ids) for q in rq]  # noqa: E731
+
+    def nob(rq):  # the requests without their BOS token
+        return [TokenizedRequest(q.prompt_ids[1:], q.subject_last - 1, q.target_ids, q.truth_ids) for q in rq]
+
     pre = [[src[0].prompt_ids[0]]]  # the BOS token
     vk = dict(steps=cfg["gemma_value_steps"], lr=cfg["value_lr"], clamp_norm_factor=cfg["clamp"])
     t0 = time.perf_counter()
@@ -269,9 +326,11 @@ def _gemma_round(model, site, cfg, src, tgts, keeps, C0, unrelated) -> dict[str,
     base_top = top1_next_tokens(site.model, unrelated)
     P = null_space_projector(C0, cfg["alpha_eps"])
     t0 = time.perf_counter()
-    updates = {"rome": [rome_update(K_s[:, i], R_s[:, i], C0) for i in range(len(src))],
-               "memit": [memit_update(K_s, R_s, C0, lam=cfg["lam"])],
-               "alphaedit": [alphaedit_update(K_s, R_s, P=P, l2=cfg["alpha_l2"])]}
+    updates = {
+        "rome": [rome_update(K_s[:, i], R_s[:, i], C0) for i in range(len(src))],
+        "memit": [memit_update(K_s, R_s, C0, lam=cfg["lam"])],
+        "alphaedit": [alphaedit_update(K_s, R_s, P=P, l2=cfg["alpha_l2"])],
+    }
     out["closed_form_s"] = time.perf_counter() - t0
     K_t, R_t = {}, {}
     for lang, tgt in tgts.items():
@@ -296,17 +355,25 @@ def _gemma_round(model, site, cfg, src, tgts, keeps, C0, unrelated) -> dict[str,
         for lang in tgts:
             keep = keeps[lang]
             if editor == "rome":
-                d = [decompose_gaps(ups[i], K_s[:, i:i + 1], K_t[lang][:, i:i + 1], R_t[lang][:, i:i + 1], C0)
-                     for i in range(n)]
+                d = [
+                    decompose_gaps(
+                        ups[i], K_s[:, i : i + 1], K_t[lang][:, i : i + 1], R_t[lang][:, i : i + 1], C0
+                    )
+                    for i in range(n)
+                ]
                 f_orth = torch.cat([x.f_orth for x in d])
                 alpha = torch.cat([x.alpha for x in d])
                 ident = max(float(x.identity_error.max()) for x in d)
             else:
                 d = decompose_gaps(ups[0], K_s, K_t[lang], R_t[lang], C0)
                 f_orth, alpha, ident = d.f_orth, d.alpha, float(d.identity_error.max())
-            res[lang] = {"transfer": float(t_ok[lang][keep].mean()) if keep else float("nan"),
-                         "transfer_all": float(t_ok[lang].mean()), "f_orth": float(f_orth.mean()),
-                         "alpha": float(alpha.mean()), "identity_max": ident}
+            res[lang] = {
+                "transfer": float(t_ok[lang][keep].mean()) if keep else float("nan"),
+                "transfer_all": float(t_ok[lang].mean()),
+                "f_orth": float(f_orth.mean()),
+                "alpha": float(alpha.mean()),
+                "identity_max": ident,
+            }
         out[editor] = res
     return out
 
@@ -365,50 +432,84 @@ def _gemma_arm(cfg: dict, seed: int) -> dict[str, Any]:
     def _text():
         from babel import Locale
 
-        cldr = " ".join(" ".join(sorted(Locale(lang).territories.values())) for lang in langs)  # other-language text
+        cldr = " ".join(
+            " ".join(sorted(Locale(lang).territories.values())) for lang in langs
+        )  # other-language text
         return corpus_text(cfg["gemma_cov_chars"], 0, "kjv") + " " + cldr[: cfg["gemma_cov_chars"]]
 
     ids = tok(_text(), add_special_tokens=False)["input_ids"]
-    chunks = [[tok.bos_token_id] + ids[i:i + 64] for i in range(0, len(ids) - 63, 64)]
+    chunks = [[tok.bos_token_id] + ids[i : i + 64] for i in range(0, len(ids) - 63, 64)]
 
     def _c0():
         return estimate_key_moment(site, ({"input_ids": torch.tensor([c])} for c in chunks))
 
     t0 = time.perf_counter()
-    C0 = cached_object("crosslingual-gemma-c0", {"layer": cfg["gemma_layer"], "chars": cfg["gemma_cov_chars"],
-                                                 "langs": list(langs), "v": 2}, _c0)
+    C0 = cached_object(
+        "crosslingual-gemma-c0",
+        {"layer": cfg["gemma_layer"], "chars": cfg["gemma_cov_chars"], "langs": list(langs), "v": 2},
+        _c0,
+    )
     cov_s = time.perf_counter() - t0
     mark("covariance")
     src = [req("en", c, o) for c, o in edits]
     tgts = {lang: [req(lang, c, o) for c, o in edits] for lang in targets}
     keeps = {lang: [i for i, (c, _) in enumerate(edits) if c in kn[lang]] for lang in targets}
-    unrelated = [list(req(lang, c).prompt_ids) for c in others[:cfg["gemma_locality"]] for lang in langs]
-    out: dict[str, Any] = {"n_known": {lang: len(kn[lang]) for lang in langs}, "n_facts": len(codes),
-                           "n_edits": len(edits), "n_known_edited": {lang: len(k) for lang, k in keeps.items()},
-                           "covariance_s": cov_s, "load": timing, "layer": cfg["gemma_layer"]}
+    unrelated = [list(req(lang, c).prompt_ids) for c in others[: cfg["gemma_locality"]] for lang in langs]
+    out: dict[str, Any] = {
+        "n_known": {lang: len(kn[lang]) for lang in langs},
+        "n_facts": len(codes),
+        "n_edits": len(edits),
+        "n_known_edited": {lang: len(k) for lang, k in keeps.items()},
+        "covariance_s": cov_s,
+        "load": timing,
+        "layer": cfg["gemma_layer"],
+    }
     out["before"] = _gemma_round(model, site, cfg, src, tgts, keeps, C0, unrelated)
     mark("edits_before")
     if cfg["gemma_align_steps"] > 0:
         # realign on the countries not edited: one target language per country (round robin)
-        pairs = [CrossLingualPair(req("en", c), req(targets[j % len(targets)], c)) for j, c in enumerate(others)]
+        pairs = [
+            CrossLingualPair(req("en", c), req(targets[j % len(targets)], c)) for j, c in enumerate(others)
+        ]
         base_top = top1_next_tokens(model, unrelated)
         rows, width = cfg["gemma_keep_rows"], cfg["gemma_keep_len"] + 1
-        keep = [{"input_ids": torch.tensor(chunks[i:i + rows])[:, :width], "labels": torch.tensor(chunks[i:i + rows])[:, :width]}
-                for i in range(0, len(chunks) - rows + 1, rows)]
+        keep = [
+            {
+                "input_ids": torch.tensor(chunks[i : i + rows])[:, :width],
+                "labels": torch.tensor(chunks[i : i + rows])[:, :width],
+            }
+            for i in range(0, len(chunks) - rows + 1, rows)
+        ]
         t0 = time.perf_counter()
-        hist = contrastive_align(model, pairs, site, tau=0.07, keep_batches=keep, beta=1.0,
-                                 steps=cfg["gemma_align_steps"], lr=cfg["gemma_align_lr"],
-                                 batch_size=cfg["gemma_align_batch"], seed=seed)
+        hist = contrastive_align(
+            model,
+            pairs,
+            site,
+            tau=0.07,
+            keep_batches=keep,
+            beta=1.0,
+            steps=cfg["gemma_align_steps"],
+            lr=cfg["gemma_align_lr"],
+            batch_size=cfg["gemma_align_batch"],
+            seed=seed,
+        )
         model.eval()
         mark("alignment")
-        out["alignment"] = {"seconds": time.perf_counter() - t0, "steps": cfg["gemma_align_steps"],
-                            "lr": cfg["gemma_align_lr"], "pairs": len(pairs), "batch": cfg["gemma_align_batch"],
-                            "keep_tokens_per_step": rows * (width - 1),
-                            "infonce_first": hist["infonce"][0], "infonce_last": hist["infonce"][-1],
-                            "paired_cos_first": hist["paired_cos"][0], "paired_cos_last": hist["paired_cos"][-1],
-                            "keep_first": hist["keep"][0], "keep_last": hist["keep"][-1],
-                            "unrelated_top1_kept": float((top1_next_tokens(model, unrelated) == base_top)
-                                                         .double().mean())}
+        out["alignment"] = {
+            "seconds": time.perf_counter() - t0,
+            "steps": cfg["gemma_align_steps"],
+            "lr": cfg["gemma_align_lr"],
+            "pairs": len(pairs),
+            "batch": cfg["gemma_align_batch"],
+            "keep_tokens_per_step": rows * (width - 1),
+            "infonce_first": hist["infonce"][0],
+            "infonce_last": hist["infonce"][-1],
+            "paired_cos_first": hist["paired_cos"][0],
+            "paired_cos_last": hist["paired_cos"][-1],
+            "keep_first": hist["keep"][0],
+            "keep_last": hist["keep"][-1],
+            "unrelated_top1_kept": float((top1_next_tokens(model, unrelated) == base_top).double().mean()),
+        }
         known_al = {lang: edit_metrics(model, [req(lang, c) for c in chosen])["success"] for lang in langs}
         out["alignment"]["edited_facts_known_after"] = {lang: int(k.sum()) for lang, k in known_al.items()}
         t0 = time.perf_counter()
@@ -431,7 +532,7 @@ def _run(config: dict, seed: int) -> SeedResult:
     subjects = list(range(world.S))
     rng.shuffle(subjects)
     edit_s = subjects[: cfg["n_edits"]]
-    align_s = subjects[cfg["n_edits"]:]
+    align_s = subjects[cfg["n_edits"] :]
     edits = []
     for s in edit_s:
         r = rng.randrange(world.R)
@@ -439,24 +540,39 @@ def _run(config: dict, seed: int) -> SeedResult:
         edits.append((s, r, rng.choice([o for o in range(world.O) if o != old])))
     recall = {lang: _recall(model, world, lang, edit_s) for lang in ("A", "B")}
     lines = world.training_lines(1, cfg["p_par"], cfg["world_seed"] + 1)
-    C0_batches = [collate(lines[i:i + 64], 0) for i in range(0, len(lines), 64)]
+    C0_batches = [collate(lines[i : i + 64], 0) for i in range(0, len(lines), 64)]
     C0_batches = [{k: b[k] for k in ("input_ids", "attention_mask")} for b in C0_batches]
     before = _edit_round(model, world, cfg, edits, random.Random(seed), C0_batches)
     # revert check: the edit round leaves the weights bit-identical
     aligned = copy.deepcopy(model)
     site = EditSite(aligned, cfg["edit_layer"])
-    pairs = [CrossLingualPair(world.request("A", s, r, None), world.request("B", s, r, None))
-             for s in align_s for r in range(world.R)]
-    keep = [collate(lines[i:i + 16], 0) for i in range(0, len(lines), 16)]
+    pairs = [
+        CrossLingualPair(world.request("A", s, r, None), world.request("B", s, r, None))
+        for s in align_s
+        for r in range(world.R)
+    ]
+    keep = [collate(lines[i : i + 16], 0) for i in range(0, len(lines), 16)]
     t0 = time.perf_counter()
-    hist_align = contrastive_align(aligned, pairs, site, tau=0.07, keep_batches=keep, beta=1.0,
-                                   steps=cfg["align_steps"], lr=cfg["align_lr"], batch_size=32, seed=seed)
+    hist_align = contrastive_align(
+        aligned,
+        pairs,
+        site,
+        tau=0.07,
+        keep_batches=keep,
+        beta=1.0,
+        steps=cfg["align_steps"],
+        lr=cfg["align_lr"],
+        batch_size=32,
+        seed=seed,
+    )
     align_s_time = time.perf_counter() - t0
     aligned.eval()
     recall_aligned = {lang: _recall(aligned, world, lang, edit_s) for lang in ("A", "B")}
     after = _edit_round(aligned, world, cfg, edits, random.Random(seed), C0_batches)
     fresh, _, _ = _model_and_world(cfg)
-    revert_exact = float(all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), fresh.state_dict().values())))
+    revert_exact = float(
+        all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), fresh.state_dict().values()))
+    )
 
     metrics: dict[str, dict[str, float]] = {}
 
@@ -466,7 +582,15 @@ def _run(config: dict, seed: int) -> SeedResult:
     for editor in EDITORS:
         for tag, res in ((editor, before), (f"{editor}_aligned", after)):
             r = res[editor]
-            for m in ("efficacy", "transfer", "locality", "alpha", "cos_C", "f_orth", "rel_residual_mismatch"):
+            for m in (
+                "efficacy",
+                "transfer",
+                "locality",
+                "alpha",
+                "cos_C",
+                "f_orth",
+                "rel_residual_mismatch",
+            ):
                 put(m, tag, r[m])
             put("xl_gap", tag, r["efficacy"] - r["transfer"])
             put("decomposition_exact", tag, float(r["identity_max"] < 1e-10))
@@ -480,20 +604,43 @@ def _run(config: dict, seed: int) -> SeedResult:
     put("corrected_transfer", "predicted_correction", before["predicted_correction"])
     put("revert_exact", "rome", revert_exact)
     info = {
-        "budget": {"edit_layer": cfg["edit_layer"], "n_edits": cfg["n_edits"], "value_steps": cfg["value_steps"],
-                   "n_prefix": cfg["n_prefix"], "cov_tokens": cfg["cov_tokens"], "same_requests_for_all_editors": True},
-        "training": {"final_loss": hist.get("final_loss"), "cached": hist.get("cached"), "vocab": world.vocab_size},
-        "alignment": {"infonce_first": hist_align["infonce"][0], "infonce_last": hist_align["infonce"][-1],
-                      "paired_cos_first": hist_align["paired_cos"][0], "paired_cos_last": hist_align["paired_cos"][-1],
-                      "seconds": align_s_time},
-        "before": {e: before[e] for e in EDITORS}, "after": {e: after[e] for e in EDITORS},
-        "performance": {"covariance_s": before["cov_s"], "value_opt_s_per_fact": before["value_s_per_fact"],
-                        **{f"{e}_edit_s_per_fact": before[e]["edit_s_per_fact"] for e in EDITORS}},
+        "budget": {
+            "edit_layer": cfg["edit_layer"],
+            "n_edits": cfg["n_edits"],
+            "value_steps": cfg["value_steps"],
+            "n_prefix": cfg["n_prefix"],
+            "cov_tokens": cfg["cov_tokens"],
+            "same_requests_for_all_editors": True,
+        },
+        "training": {
+            "final_loss": hist.get("final_loss"),
+            "cached": hist.get("cached"),
+            "vocab": world.vocab_size,
+        },
+        "alignment": {
+            "infonce_first": hist_align["infonce"][0],
+            "infonce_last": hist_align["infonce"][-1],
+            "paired_cos_first": hist_align["paired_cos"][0],
+            "paired_cos_last": hist_align["paired_cos"][-1],
+            "seconds": align_s_time,
+        },
+        "before": {e: before[e] for e in EDITORS},
+        "after": {e: after[e] for e in EDITORS},
+        "performance": {
+            "covariance_s": before["cov_s"],
+            "value_opt_s_per_fact": before["value_s_per_fact"],
+            **{f"{e}_edit_s_per_fact": before[e]["edit_s_per_fact"] for e in EDITORS},
+        },
         "alphaedit_null_dim": before["null_dim"],
-        "sweeps": {"memit_lam": sweep_record(cfg["lam_grid"], before["memit_lam"]),
-                   "memit_lam_aligned": sweep_record(cfg["lam_grid"], after["memit_lam"])},
-        "barrier": {"r2": before["barrier_r2"], "r2_orth": before["barrier_r2_orth"],
-                    "r2_after_alignment": after["barrier_r2"]},
+        "sweeps": {
+            "memit_lam": sweep_record(cfg["lam_grid"], before["memit_lam"]),
+            "memit_lam_aligned": sweep_record(cfg["lam_grid"], after["memit_lam"]),
+        },
+        "barrier": {
+            "r2": before["barrier_r2"],
+            "r2_orth": before["barrier_r2_orth"],
+            "r2_after_alignment": after["barrier_r2"],
+        },
         "wall_s": time.perf_counter() - start,
     }
     if cfg.get("gemma") and seed in cfg.get("gemma_seeds", (0,)):
@@ -503,7 +650,10 @@ def _run(config: dict, seed: int) -> SeedResult:
             info["gemma3_270m"] = _gemma_arm(cfg, seed)
         except (ImportError, RuntimeError, ValueError, MemoryError) as err:
             info["gemma3_270m"] = {"error": f"{type(err).__name__}: {err}"}
-    curves = {"alignment_infonce": {METHOD: hist_align["infonce"]}, "alignment_paired_cos": {METHOD: hist_align["paired_cos"]}}
+    curves = {
+        "alignment_infonce": {METHOD: hist_align["infonce"]},
+        "alignment_paired_cos": {METHOD: hist_align["paired_cos"]},
+    }
     return SeedResult(metrics=metrics, curves=curves, info=info)
 
 
@@ -524,23 +674,88 @@ def plot(result: dict, folder: Path) -> list[Path]:
     return [save_figure(fig, folder, "crosslingual_edit")]
 
 
-_BASE = dict(world_seed=0, train_seed=0, p_par=0.1, edit_layer=0, value_lr=0.5, clamp=4.0, lam=1e2,
-             lam_grid=[1.0, 10.0, 100.0],
-             alpha_eps=1e-2, alpha_l2=1.0, n_prefix=5, align_lr=5e-4, threads=1)
+_BASE = dict(
+    world_seed=0,
+    train_seed=0,
+    p_par=0.1,
+    edit_layer=0,
+    value_lr=0.5,
+    clamp=4.0,
+    lam=1e2,
+    lam_grid=[1.0, 10.0, 100.0],
+    alpha_eps=1e-2,
+    alpha_l2=1.0,
+    n_prefix=5,
+    align_lr=5e-4,
+    threads=1,
+)
 CONFIGS = {
-    "smoke": dict(_BASE, subjects=24, relations=2, objects=6, reps=10, hidden=32, intermediate=128, layers=2,
-                  train_steps=150, train_lr=5e-3, n_edits=6, value_steps=10, cov_tokens=4000, n_locality=20,
-                  align_steps=10),
-    "quick": dict(_BASE, subjects=40, relations=2, objects=10, reps=10, hidden=64, intermediate=256, layers=2,
-                  train_steps=800, train_lr=3e-3, n_edits=16, value_steps=25, cov_tokens=10000, n_locality=40,
-                  align_steps=60),
-    "full": dict(_BASE, subjects=60, relations=2, objects=12, reps=10, hidden=96, intermediate=384, layers=3,
-                 edit_layer=1, train_steps=1200, train_lr=3e-3, n_edits=24, value_steps=30, cov_tokens=20000,
-                 n_locality=60, align_steps=120,
-                 gemma=True, gemma_seeds=(0,), gemma_targets=["de"], gemma_layer=4, gemma_edits=6,
-                 gemma_value_steps=15, gemma_cov_chars=24000, gemma_locality=8, gemma_locality_edits=3,
-                 gemma_align_steps=12, gemma_align_lr=1e-5, gemma_align_batch=16, gemma_keep_rows=2,
-                 gemma_keep_len=24),
+    "smoke": dict(
+        _BASE,
+        subjects=24,
+        relations=2,
+        objects=6,
+        reps=10,
+        hidden=32,
+        intermediate=128,
+        layers=2,
+        train_steps=150,
+        train_lr=5e-3,
+        n_edits=6,
+        value_steps=10,
+        cov_tokens=4000,
+        n_locality=20,
+        align_steps=10,
+    ),
+    "quick": dict(
+        _BASE,
+        subjects=40,
+        relations=2,
+        objects=10,
+        reps=10,
+        hidden=64,
+        intermediate=256,
+        layers=2,
+        train_steps=800,
+        train_lr=3e-3,
+        n_edits=16,
+        value_steps=25,
+        cov_tokens=10000,
+        n_locality=40,
+        align_steps=60,
+    ),
+    "full": dict(
+        _BASE,
+        subjects=60,
+        relations=2,
+        objects=12,
+        reps=10,
+        hidden=96,
+        intermediate=384,
+        layers=3,
+        edit_layer=1,
+        train_steps=1200,
+        train_lr=3e-3,
+        n_edits=24,
+        value_steps=30,
+        cov_tokens=20000,
+        n_locality=60,
+        align_steps=120,
+        gemma=True,
+        gemma_seeds=(0,),
+        gemma_targets=["de", "es"],
+        gemma_layer=4,
+        gemma_edits=6,
+        gemma_value_steps=15,
+        gemma_cov_chars=24000,
+        gemma_locality=8,
+        gemma_locality_edits=3,
+        gemma_align_steps=12,
+        gemma_align_lr=1e-5,
+        gemma_align_batch=16,
+        gemma_keep_rows=2,
+        gemma_keep_len=24,
+    ),
 }
 
 GLOSSARY = {
@@ -584,23 +799,39 @@ CLAIM = Claim(
         AtLeast("f_orth", threshold=0.5, arm="memit", label="orth_memit"),
         AtLeast("f_orth", threshold=0.5, arm="alphaedit", label="orth_alphaedit"),
         AtMost("barrier_r2", threshold=0.3, arm="memit", label="barrier_r2"),
-        Better("corrected_transfer", baseline="predicted_correction", arm="oracle_correction", margin=0.2,
-               min_seeds=3, label="barrier_vs_oracle"),
+        Better(
+            "corrected_transfer",
+            baseline="predicted_correction",
+            arm="oracle_correction",
+            margin=0.2,
+            min_seeds=3,
+            label="barrier_vs_oracle",
+        ),
         Better("alpha", baseline="rome", margin=0.2, min_seeds=3, label="align_raises_alpha"),
         Better("transfer", baseline="rome", margin=0.1, min_seeds=3, label="align_raises_transfer"),
         Exact("decomposition_exact", expected=1.0, arm="rome", kind="design", label="identity_rome"),
         Exact("decomposition_exact", expected=1.0, arm="memit", kind="design", label="identity_memit"),
-        Exact("decomposition_exact", expected=1.0, arm="alphaedit", kind="design", label="identity_alphaedit"),
+        Exact(
+            "decomposition_exact", expected=1.0, arm="alphaedit", kind="design", label="identity_alphaedit"
+        ),
         Exact("revert_exact", expected=1.0, arm="rome", kind="design", label="revert_exact"),
     ),
     headlines=(
-        Headline("(a) cross-lingual propagation of edits fails consistently", criteria=("gap_rome", "gap_memit")),
-        Headline("(b) the propagation gap is dominated by a large orthogonal residual component",
-                 criteria=("orth_rome", "orth_memit", "orth_alphaedit")),
-        Headline("(c) post-hoc correction from source-only residual statistics faces a large residual-prediction barrier",
-                 criteria=("barrier_r2", "barrier_vs_oracle")),
-        Headline("(d) contrastive alignment substantially improves key-space propagation and partially improves transfer",
-                 criteria=("align_raises_alpha", "align_raises_transfer")),
+        Headline(
+            "(a) cross-lingual propagation of edits fails consistently", criteria=("gap_rome", "gap_memit")
+        ),
+        Headline(
+            "(b) the propagation gap is dominated by a large orthogonal residual component",
+            criteria=("orth_rome", "orth_memit", "orth_alphaedit"),
+        ),
+        Headline(
+            "(c) post-hoc correction from source-only residual statistics faces a large residual-prediction barrier",
+            criteria=("barrier_r2", "barrier_vs_oracle"),
+        ),
+        Headline(
+            "(d) contrastive alignment substantially improves key-space propagation and partially improves transfer",
+            criteria=("align_raises_alpha", "align_raises_transfer"),
+        ),
     ),
     items={m: {"smoke": 6, "quick": 16, "full": 24} for m in ("efficacy", "transfer", "corrected_transfer")},
     run=_run,
@@ -614,8 +845,8 @@ CLAIM = Claim(
         "0..l on disjoint subjects with a next-token keep loss, then every editor again. MEMIT's lambda is chosen per "
         "seed from {1, 10, 100} on source efficacy only (largest value reaching 90 %). Full profile, seed 0 only: a "
         "real-model arm on Gemma-3-270M (info['gemma3_270m']): CLDR capitals edited in English at layer 4 down_proj "
-        "(key covariance from KJV text plus CLDR territory names, cached), probed in German (and the languages in "
-        "gemma_targets), ROME/MEMIT/AlphaEdit with efficacy, transfer on the edited facts the model knows in the target "
+        "(key covariance from KJV text plus CLDR territory names, cached), probed in German and Spanish "
+        "(gemma_targets), ROME/MEMIT/AlphaEdit with efficacy, transfer on the edited facts the model knows in the target "
         "language, locality, f_orth and alpha ('before'); then the contrastive key realignment of blocks 0..4 on the "
         "countries not edited (InfoNCE English vs target prompt at the last subject token, next-token keep loss on the "
         "covariance text), a new key covariance on the aligned model, and every editor again on the same requests "
@@ -628,7 +859,8 @@ CLAIM = Claim(
         "the spread reflects request sampling, not model training. Keys averaged over filler-word prefixes instead of "
         "model-generated prefixes. The edit template ends with the subject (see BilingualWorld). The Gemma arm is "
         "reported, not judged: it runs on one seed with few facts (Gemma-3-270M recalls only ~30 % of CLDR capitals in "
-        "English and none in French with the templates tried), success on the first token of the object, a short "
+        "English and none in French with the templates tried, so it probes German and Spanish, not French), success on "
+        "the first token of the object, a short "
         "realignment (gemma_align_steps) to fit the 10-minute budget on 2 CPU cores. No numbers are given in the paper (abstract only), so thresholds "
         "are the spec's predicted values, declared before running."
     ),
