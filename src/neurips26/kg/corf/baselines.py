@@ -43,7 +43,24 @@ def _fill_unreached(model: NBFNetLite, queries: Tensor, num_nodes: int) -> Tenso
     return model.unreached_score(queries[:, 1]).unsqueeze(1).expand(-1, num_nodes).clone()
 
 
-class FullGraphExecutor:
+def _checked_inputs(model: NBFNetLite, queries: Tensor, graph: Data) -> tuple[Tensor, Tensor, int]:
+    """``graph``'s ``edge_index``, ``edge_type`` and node count, once ``graph`` and ``queries`` are checked."""
+    edge_index, edge_type, n = _graph_parts(graph)
+    _check_data(queries)
+    check_queries(queries, n, model.num_relations)
+    return edge_index, edge_type, n
+
+
+class _BatchedExecutor:
+    """What every executor holds: the checked model, the queries per batch and the last call's stats."""
+
+    def __init__(self, model: NBFNetLite, batch_size: int = 32):
+        self.model = _check_model(model)
+        self.batch_size = check_int("batch_size", batch_size, low=1)
+        self.last_stats: dict = {}
+
+
+class FullGraphExecutor(_BatchedExecutor):
     """Baseline: every query propagates over the whole graph (NBFNet), in chunks of ``batch_size``.
 
     Args:
@@ -51,16 +68,9 @@ class FullGraphExecutor:
         batch_size (int, optional): queries per propagation. (default: ``32``)
     """
 
-    def __init__(self, model: NBFNetLite, batch_size: int = 32):
-        self.model = _check_model(model)
-        self.batch_size = check_int("batch_size", batch_size, low=1)
-        self.last_stats: dict = {}
-
     def scores(self, queries: Tensor, graph: Data) -> Tensor:
         """Full-entity scores ``[B, N]``."""
-        edge_index, edge_type, n = _graph_parts(graph)
-        _check_data(queries)
-        check_queries(queries, n, self.model.num_relations)
+        edge_index, edge_type, n = _checked_inputs(self.model, queries, graph)
         deg = _full_in_degree(graph)
         t0 = time.perf_counter()
         out = [
@@ -74,7 +84,7 @@ class FullGraphExecutor:
         return torch.cat(out)
 
 
-class SubgraphExecutor:
+class SubgraphExecutor(_BatchedExecutor):
     """Baseline: one L-hop subgraph per query (PyG ``k_hop_subgraph``), batched as a disjoint union.
 
     Args:
@@ -84,16 +94,12 @@ class SubgraphExecutor:
     """
 
     def __init__(self, model: NBFNetLite, batch_size: int = 32, num_hops: int | None = None):
-        self.model = _check_model(model)
-        self.batch_size = check_int("batch_size", batch_size, low=1)
+        super().__init__(model, batch_size)
         self.num_hops = check_int("num_hops", model.num_layers if num_hops is None else num_hops, low=1)
-        self.last_stats: dict = {}
 
     def scores(self, queries: Tensor, graph: Data) -> Tensor:
         """Full-entity scores ``[B, N]``; entities outside a query's subgraph get the unreached score."""
-        edge_index, edge_type, n = _graph_parts(graph)
-        _check_data(queries)
-        check_queries(queries, n, self.model.num_relations)
+        edge_index, edge_type, n = _checked_inputs(self.model, queries, graph)
         deg = _full_in_degree(graph)
         out = _fill_unreached(self.model, queries, n)
         extract_s = prop_s = 0.0

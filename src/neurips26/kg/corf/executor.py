@@ -9,9 +9,14 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from neurips26.common.checks import check_choice, check_int
-from neurips26.common.kg import check_queries
-from neurips26.kg.corf.baselines import SubgraphExecutor, _check_model, _fill_unreached, _graph_parts
-from neurips26.kg.corf.model import NBFNetLite, _check_data
+from neurips26.kg.corf.baselines import (
+    SubgraphExecutor,
+    _check_model,
+    _checked_inputs,
+    _fill_unreached,
+    _graph_parts,
+)
+from neurips26.kg.corf.model import NBFNetLite
 from neurips26.kg.corf.planner import ReceptiveSupportPlanner, Support
 
 
@@ -72,9 +77,7 @@ class CoRFExecutor:
         self, queries: Tensor, graph: Data, plan: tuple[list[Support], Tensor] | None = None
     ) -> Tensor:
         """Full-entity scores ``[B, N]``; ``plan`` reuses a precomputed ``(supports, residual)``."""
-        edge_index, edge_type, n = _graph_parts(graph)
-        _check_data(queries)
-        check_queries(queries, n, self.model.num_relations)
+        edge_index, edge_type, n = _checked_inputs(self.model, queries, graph)
         supports, residual = self.plan(queries, graph) if plan is None else plan
         out = _fill_unreached(self.model, queries, n)
         t0 = time.perf_counter()
