@@ -215,15 +215,8 @@ def community_kg(
         With ``community`` set.
     """
     n, cs = check_community_args(
-        num_entities,
-        community_size,
-        intra,
-        avg_out_degree,
-        rule_fraction,
-        valid_fraction,
-        test_fraction,
-        seed,
-    )
+        num_entities, community_size, intra, avg_out_degree, rule_fraction, valid_fraction, test_fraction, seed
+    )  # fmt: skip
     nr = check_int("num_relations", num_relations, low=1)
     nrule = check_int("num_rules", num_rules, low=0, high=nr - 1)
     rng = np.random.default_rng(seed)

@@ -68,18 +68,11 @@ def rule_community_kg(
     Returns
     -------
     KGSplits
-        With ``community`` set.
+        With ``community`` set; relation ids laid out as in the module docstring.
     """
     n, cs = check_community_args(
-        num_entities,
-        community_size,
-        intra,
-        avg_out_degree,
-        rule_fraction,
-        valid_fraction,
-        test_fraction,
-        seed,
-    )
+        num_entities, community_size, intra, avg_out_degree, rule_fraction, valid_fraction, test_fraction, seed
+    )  # fmt: skip
     nr = check_int("num_relations", num_relations, low=2)
     nb = check_int("num_base", num_base, low=1)
     ns = check_int("num_symmetric", num_symmetric, low=0)
