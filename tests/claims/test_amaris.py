@@ -102,6 +102,9 @@ def test_smollm2_arm_smoke_structure_and_budget(smol_runs):
     assert set(info["budget"]["grid_points"].values()) == {4}
     assert info["budget"]["merged_tensors"] == 7  # one LoRA layer, seven linear modules
     assert set(info["points"]) == arms and all(len(v) == 4 for v in info["points"].values())
+    gates = info["amaris_gate"]  # mean over the LoRA modules of the kept deviation, within each budget
+    assert sorted(float(b) for b in gates) == sorted(g["budget"] for g in info["grids"]["amaris"])
+    assert all(g["deviation_mean"] <= float(b) + 1e-9 for b, g in gates.items())
     # task arithmetic at alpha = 1 is the specialist itself: its point is (1, specialist core retention)
     ta = dict(zip([g["alpha"] for g in info["grids"]["task_arithmetic"]], info["points"]["task_arithmetic"]))
     spec_acc = res.metrics["smol_acc_spec"]["specialist"]

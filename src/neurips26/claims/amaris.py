@@ -652,6 +652,9 @@ def _smollm2_arm(cfg: dict, seed: int) -> tuple[dict, dict, dict]:
     ref_core, ref_spec = max(acc["base"][0], 1e-9), max(acc["specialist"][1], 1e-9)
     points: dict[str, list[tuple[float, float]]] = {}
     merge_times: dict[str, float] = {}
+    gate_stats: dict[
+        str, dict[str, float]
+    ] = {}  # AMARIS budget -> mean kept rank, capture A(k), deviation D(k)
     eval_times: dict[str, float] = {}
     for arm, grid in grids.items():
         points[arm], merge_times[arm], eval_times[arm] = [], 0.0, 0.0
@@ -666,9 +669,10 @@ def _smollm2_arm(cfg: dict, seed: int) -> tuple[dict, dict, dict]:
                 elif arm == "dare":
                     sd = dare_merge(base_sd, [spec_sd], hp["drop_p"], hp["alpha"], seed=1000 * seed + r)
                 else:
-                    sd, _ = amaris_merge_lora(
+                    sd, rep = amaris_merge_lora(
                         pm, ms, mb, AmarisConfig(budget=hp["budget"], max_rank_frac=cfg["max_rank_frac"])
                     )
+                    gate_stats[str(hp["budget"])] = rep.summary()
                 te = time.perf_counter()
                 merge_times[arm] += te - tm
                 reps.append(score(sd))
@@ -722,6 +726,7 @@ def _smollm2_arm(cfg: dict, seed: int) -> tuple[dict, dict, dict]:
         "points": {a: [list(p) for p in v] for a, v in points.items()},
         "grids": grids,
         "training": {"final_loss": lora["final_loss"], "first_loss": lora["first_loss"]},
+        "amaris_gate": gate_stats,
         "performance": {
             "load_s": load_s,
             "prefix_s": prefix_s,
