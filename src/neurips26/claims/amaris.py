@@ -23,7 +23,9 @@ Why it is opt-in: measured on this 2-core machine under load (1-minute load 10-1
 the cached prefix of the 200 training + 100 evaluation items and 512 text tokens took 312 s, the 60 LoRA
 steps 279 s and one merge-point evaluation 16-19 s; a full profile (3 seeds x 22 evaluations) is well
 over the registered claim's 600 s budget even on a quiet machine, so it runs only when asked
-(``run_claim(SMOLLM2_CLAIM, ...)``). The merge itself is no longer the cost: the dense per-module SVD
+(``run_claim(SMOLLM2_CLAIM, ...)``). At a 1-minute load of about 1.8, one seed with the cached prefix and
+specialist took 73 s (22 evaluations of about 2.8-3.3 s, calibration 3.4 s); extrapolated to a quiet machine,
+the cold build is about 100 s and five seeds would add about 350 s to the registered check's ~180 s. The merge itself is no longer the cost: the dense per-module SVD
 that made one ``amaris_merge_lora`` budget point take 217 s is replaced by the exact factored path.
 
 Premise bars, declared before any run of this claim from one pilot (same task and training, other text
