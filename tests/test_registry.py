@@ -148,3 +148,15 @@ def test_importing_the_package_is_light():
     code = "import sys, neurips26, neurips26.registry, neurips26.inference, neurips26.rl; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_extra_claim_resolves_to_its_method_and_unknown_suffix_raises():
+    from neurips26.registry import BY_SLUG, extra_claim, method_info
+
+    claim = load_claim("amaris_smollm2")
+    assert claim.slug == "amaris_smollm2"
+    assert method_info("amaris_smollm2").slug == "amaris"
+    assert method_info("amaris") is BY_SLUG["amaris"]
+    assert extra_claim("amaris") is None and method_info("amaris_nope") is None
+    with pytest.raises(KeyError, match="unknown method slug"):
+        load_claim("amaris_nope")

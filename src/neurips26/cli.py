@@ -23,8 +23,10 @@ def _parse_seeds(text: str | None) -> list[int] | None:
 
 
 def _resolve(slug: str) -> str:
-    from neurips26.registry import get
+    from neurips26.registry import extra_claim, get
 
+    if extra_claim(slug) is not None:
+        return slug
     try:
         return get(slug).slug
     except KeyError as err:
@@ -79,7 +81,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     from neurips26.claims.base import Profile
     from neurips26.claims.runner import run_many
-    from neurips26.registry import implemented_slugs, status
+    from neurips26.registry import implemented_slugs, method_info, status
 
     try:
         Profile.parse(args.profile)
@@ -94,7 +96,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     elif args.slugs:
         slugs = [_resolve(s) for s in args.slugs]
         for slug in slugs:
-            state, detail = status(slug)
+            state, detail = status(method_info(slug).slug)
             if state != "implemented":
                 raise SystemExit(f"error: {slug} has no runnable claim check ({state}: {detail})")
     else:

@@ -611,10 +611,45 @@ def _module_exists(name: str) -> bool:
 
 
 @cache
-def load_claim(slug: str):
-    """Import ``neurips26.claims.<slug>`` and return its ``CLAIM`` (validated)."""
+def extra_claim(slug: str):
+    """``(MethodInfo, Claim)`` for an opt-in claim ``<registered slug>_<suffix>``, else ``None``.
+
+    A claim module may list further checks of its method in ``EXTRA_CLAIMS`` (for example one that is too
+    slow for the registered check's full-profile budget, such as ``amaris_smollm2``). They run with
+    ``neurips26 check <slug>`` like any claim but are not part of ``--all`` or the README table.
+    """
     from neurips26.claims.base import Claim
 
+    if not isinstance(slug, str) or slug in BY_SLUG:
+        return None
+    for parent in sorted(BY_SLUG, key=len, reverse=True):
+        if not slug.startswith(parent + "_"):
+            continue
+        info = BY_SLUG[parent]
+        if not _module_exists(info.claim_module):
+            return None
+        for claim in getattr(importlib.import_module(info.claim_module), "EXTRA_CLAIMS", ()):
+            if isinstance(claim, Claim) and claim.slug == slug:
+                return info, claim
+        return None
+    return None
+
+
+def method_info(slug: str) -> MethodInfo | None:
+    """The registry row of a claim slug: its own, or its method's for an extra claim; ``None`` if unknown."""
+    if slug in BY_SLUG:
+        return BY_SLUG[slug]
+    found = extra_claim(slug)
+    return found[0] if found else None
+
+
+def load_claim(slug: str):
+    """Import ``neurips26.claims.<slug>`` and return its ``CLAIM`` (validated), or an extra claim."""
+    from neurips26.claims.base import Claim
+
+    found = extra_claim(slug)
+    if found is not None:
+        return found[1]
     info = get(slug)
     module = importlib.import_module(info.claim_module)
     claim = getattr(module, "CLAIM", None)

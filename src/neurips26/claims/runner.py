@@ -142,14 +142,14 @@ def claim_hash(claim: Claim) -> str:
     """SHA-256 (16 hex digits) of the claim module's and the method module's source."""
     import inspect
 
-    from neurips26.registry import BY_SLUG
+    from neurips26.registry import method_info
 
     files: list[Path] = []
     try:
         files.append(Path(inspect.getsourcefile(claim.run) or ""))
     except TypeError:
         pass
-    info = BY_SLUG.get(claim.slug)
+    info = method_info(claim.slug)
     if info is not None:
         files += _source_files(info.module)
     digest = hashlib.sha256()
@@ -301,7 +301,7 @@ def aggregate(
     cpus: dict[int, float] | None = None,
 ) -> dict[str, Any]:
     """Build the result dict (schema above) from per-seed results."""
-    from neurips26.registry import BY_SLUG
+    from neurips26.registry import method_info
 
     colds = colds or walls
     cpus = cpus or {}
@@ -315,7 +315,7 @@ def aggregate(
             for arm, values in arms.items():
                 curves.setdefault(name, {}).setdefault(arm, []).append([float(v) for v in values])
     judged = judge_claim(claim, metrics)
-    info = BY_SLUG.get(claim.slug)
+    info = method_info(claim.slug)
     wall = sum(walls[s] for s in seeds)
     cold = sum(colds.get(s, walls[s]) for s in seeds)
     data = {
