@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from neurips26.claims.report import benchmark_tables, build_report, fmt, load_results, mean_std
 
 
@@ -201,3 +203,26 @@ def test_report_without_ruler_folder_has_no_ruler_section(tmp_path):
     (tmp_path / "full" / "toy.json").write_text(json.dumps(fixture_result()))
     md, _ = build_report(tmp_path / "full")
     assert "RULER calibration" not in md.read_text()
+
+
+def test_report_prints_display_names_and_claims_validate_them():
+    from neurips26.claims.base import Better, Claim
+    from neurips26.claims.report import describe_numbers, display_name
+
+    result = {
+        "slug": "x",
+        "method": "my_method",
+        "display_names": {"my_method": "MyMethod", "base_line": "Base-Line"},
+        "metrics": {"acc": {"my_method": [0.5], "base_line": [0.4]}},
+    }
+    entry = {"key": "k", "data": {"metric": "acc", "baseline": "base_line"}, "numbers": {}}
+    text = describe_numbers(result, entry)
+    assert "MyMethod" in text and "Base-Line" in text and "my_method" not in text
+    assert display_name(result, "other_arm") == "other_arm"
+    assert display_name({"slug": "no_such_claim"}, "a_b") == "a_b"
+    with pytest.raises(ValueError, match="display_names"):
+        Claim(
+            slug="x", claim="c", method="m", baselines=("b",), run=lambda c, s: None,
+            criteria=(Better("acc", baseline="b", label="l"),),
+            configs={p: {} for p in ("smoke", "quick", "full")}, display_names={"m": ""},
+        )  # fmt: skip

@@ -592,6 +592,7 @@ CLAIM = Claim(
         "split (stratified) is the attackers' D_att; the rest is split over 20 clients by Dirichlet(0.3)."
     ),
     plot=plot,
+    display_names=DISPLAY_NAMES,
     glossary={
         "rounds_to_target": "R_0.05: first attacked round r with |acc_{r+j} - y*| <= 0.05 for j = 0..W-1 (W = 10; "
         "acc = server test accuracy, r = 0 is the warm-up checkpoint); horizon + 1 when never; mean over the "

@@ -220,6 +220,9 @@ class Claim:
         ``plot(result: dict, folder: Path) -> list[Path]`` writing PNGs from a result JSON.
     glossary : dict
         ``metric name -> exact definition``; every metric in ``metrics`` should be defined.
+    display_names : dict
+        ``arm -> name as the paper writes it`` (arm names themselves are snake_case); the report and
+        plots print these. Arms without an entry print as they are.
     """
 
     slug: str
@@ -241,8 +244,12 @@ class Claim:
     data: str = ""
     plot: Callable[[dict[str, Any], Any], list[Any]] | None = None
     glossary: dict[str, str] = field(default_factory=dict)
+    display_names: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        for arm, name in self.display_names.items():
+            if not isinstance(arm, str) or not isinstance(name, str) or not name.strip():
+                raise ValueError(f"claim {self.slug!r}: display_names must map arm names to non-empty strings")
         if not self.criteria:
             raise ValueError(f"claim {self.slug!r}: criteria must not be empty (declare them before any run)")
         for group, crits in (("criteria", self.criteria), ("premises", self.premises)):

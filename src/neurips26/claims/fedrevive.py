@@ -366,6 +366,7 @@ CLAIM = Claim(
     ),
     data="scikit-learn load_digits (1,797 real 8x8 digits), stratified 80/20 split per seed, Dirichlet(0.3) clients.",
     plot=plot,
+    display_names=DISPLAY_NAMES,
     glossary={
         "final_accuracy": "server test accuracy at the end of the simulated time budget; mean over concurrency "
         "levels (centralised: the centralised reference).",

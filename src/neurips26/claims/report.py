@@ -12,6 +12,7 @@ the exact command to rerun it; finally a glossary of every metric and of the dec
 from __future__ import annotations
 
 import base64
+import functools
 import html
 import json
 import math
@@ -118,6 +119,24 @@ def deciding(result: dict[str, Any]) -> dict[str, Any] | None:
     return (failing or crits or [None])[0]
 
 
+def display_name(result: dict[str, Any], arm: str) -> str:
+    """The arm as the paper writes it: the result's ``display_names`` (older results: the claim's), else ``arm``."""
+    names = result.get("display_names")
+    if names is None:
+        names = _claim_display_names(str(result.get("slug", "")))
+    return names.get(arm, arm)
+
+
+@functools.cache
+def _claim_display_names(slug: str) -> dict[str, str]:
+    try:
+        from neurips26.registry import load_claim
+
+        return dict(load_claim(slug).display_names)
+    except Exception:  # an unknown slug or a claim that does not import: print the arm names
+        return {}
+
+
 def describe_numbers(result: dict[str, Any], entry: dict[str, Any] | None) -> str:
     """``metric: arm m ± s vs baseline m ± s (L=.., margin ..)`` for one judged criterion."""
     if entry is None:
@@ -126,9 +145,9 @@ def describe_numbers(result: dict[str, Any], entry: dict[str, Any] | None) -> st
     metric = data.get("metric", "?")
     arm = data.get("arm") or result.get("method")
     arms = result.get("metrics", {}).get(metric, {})
-    text = f"{entry.get('key', '')} [{metric}]: {arm} {fmt(arms.get(arm))}"
+    text = f"{entry.get('key', '')} [{metric}]: {display_name(result, arm)} {fmt(arms.get(arm))}"
     if data.get("baseline"):
-        text += f" vs {data['baseline']} {fmt(arms.get(data['baseline']))}"
+        text += f" vs {display_name(result, data['baseline'])} {fmt(arms.get(data['baseline']))}"
     if entry.get("error"):
         return text + f" (error: {entry['error']})"
     if data.get("type") == "Within":
@@ -208,7 +227,13 @@ def default_plots(result: dict[str, Any], folder: Path) -> list[Path]:
                 capsize=3,
                 color=["C1" if a == result["method"] else "C0" for a in labels],
             )
-            ax.set_xticks(range(len(labels)), labels, rotation=30, ha="right", fontsize=7)
+            ax.set_xticks(
+                range(len(labels)),
+                [display_name(result, a) for a in labels],
+                rotation=30,
+                ha="right",
+                fontsize=7,
+            )
             ax.set_title(name, fontsize=8)
         paths.append(save_figure(fig, folder, f"{result['slug']}_metrics", dpi=90))
     for name, arms in result.get("curves", {}).items():
@@ -218,7 +243,9 @@ def default_plots(result: dict[str, Any], folder: Path) -> list[Path]:
             if length == 0:
                 continue
             means = [mean_std([run[i] for run in runs])[0] for i in range(length)]
-            ax.plot(range(length), means, label=arm, lw=2 if arm == result["method"] else 1)
+            ax.plot(
+                range(length), means, label=display_name(result, arm), lw=2 if arm == result["method"] else 1
+            )
         ax.set_title(name, fontsize=9)
         ax.legend(fontsize=7)
         safe = "".join(ch if ch.isalnum() else "_" for ch in name)
@@ -347,7 +374,10 @@ def budget_table(result: dict[str, Any]) -> tuple[list[str], list[list[str]]] | 
             keys: list[str] = []
             for values in budget.values():
                 keys += [k for k in values if k not in keys]
-            rows = [[arm] + [_fmt_budget(values.get(k)) for k in keys] for arm, values in budget.items()]
+            rows = [
+                [display_name(result, arm)] + [_fmt_budget(values.get(k)) for k in keys]
+                for arm, values in budget.items()
+            ]
             return ["arm", *keys], rows
     return None
 
@@ -420,7 +450,7 @@ def _section_md(r: dict[str, Any], plots: list[Path], base: Path) -> str:
     budget = budget_table(r)
     if budget:
         lines += ["**Budget per arm** (seed 1 of the run).", "", _md_table(*budget), ""]
-    lines += [_md_table(["metric", *arms], rows), ""]
+    lines += [_md_table(["metric", *(display_name(r, a) for a in arms)], rows), ""]
     for label, key in (
         ("Implemented", "implemented"),
         ("Differences from the paper", "differences"),
@@ -617,7 +647,8 @@ def _html(
             parts.append("<p><b>Budget per arm</b></p>" + _html_rows(*budget))
         parts.append(
             _html_rows(
-                ["metric", *arms], [[n] + [fmt(v.get(a)) for a in arms] for n, v in r["metrics"].items()]
+                ["metric", *(display_name(r, a) for a in arms)],
+                [[n] + [fmt(v.get(a)) for a in arms] for n, v in r["metrics"].items()],
             )
         )
         for label, key in (("Implemented", "implemented"), ("Differences", "differences"), ("Data", "data")):

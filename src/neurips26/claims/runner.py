@@ -351,6 +351,7 @@ def aggregate(
         "differences": claim.differences,
         "data": claim.data,
         "glossary": claim.glossary,
+        "display_names": dict(claim.display_names),
         "command": f"neurips26 check {claim.slug} --profile {profile.value} --force",
     }
     data["warnings"] = _warnings(data)
