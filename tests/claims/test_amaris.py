@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from neurips26.claims.amaris import CLAIM, SMOLLM2_CLAIM, SMOLLM2_CONFIGS, TopStack, _run, prefix_hidden
+from neurips26.claims.amaris import CLAIM, SMOLLM2_CLAIM, SMOLLM2_CONFIGS, TopStack, prefix_hidden, run
 
 
 def test_smoke_arms_and_budget(smoke_result):
@@ -29,7 +29,7 @@ def test_smollm2_arm_is_opt_in_only():
     assert all(cfg["smollm2"] and cfg["tiny"] is False for cfg in SMOLLM2_CLAIM.configs.values())
     assert SMOLLM2_CLAIM.configs["full"]["smollm2"]["model"] == "smollm2-135m"
     with pytest.raises(ValueError, match="no arm"):
-        _run({**SMOLLM2_CONFIGS["smoke"], "smollm2": None}, 0)
+        run({**SMOLLM2_CONFIGS["smoke"], "smollm2": None}, 0)
 
 
 def _tiny_lm(tiny_llama):
@@ -79,8 +79,8 @@ def smol_runs(tmp_path_factory):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        first = _run(SMOLLM2_CONFIGS["smoke"], 0)  # builds the cached sets and LoRA specialist
-        second = _run(SMOLLM2_CONFIGS["smoke"], 0)  # loads them
+        first = run(SMOLLM2_CONFIGS["smoke"], 0)  # builds the cached sets and LoRA specialist
+        second = run(SMOLLM2_CONFIGS["smoke"], 0)  # loads them
     finally:
         torch.set_num_threads(threads)
         if old is None:

@@ -3,7 +3,7 @@ loss-overhead benchmark. Generic smoke checks (finiteness, determinism, glossary
 
 from __future__ import annotations
 
-from neurips26.claims.archer import ARMS, CLAIM, REFERENCE, _run, loss_overhead
+from neurips26.claims.archer import ARMS, CLAIM, REFERENCE, loss_overhead, run
 
 
 def test_smoke_structure_and_budget(smoke_result):
@@ -29,8 +29,8 @@ def test_smoke_structure_and_budget(smoke_result):
 
 def test_parallel_arms_match_sequential():
     config = dict(CLAIM.configs["smoke"], arms=("archer", "dapo"))
-    seq = _run(dict(config, workers=1), 0)
-    par = _run(dict(config, workers=2), 0)
+    seq = run(dict(config, workers=1), 0)
+    par = run(dict(config, workers=2), 0)
     assert seq.metrics == par.metrics
     assert seq.curves == par.curves
 

@@ -320,7 +320,7 @@ def _projections(change_rate: float, zlib_ratio: float, int8_ratio: float) -> di
 # ---------------------------------------------------------------------------------------------
 # the claim
 # ---------------------------------------------------------------------------------------------
-def _run(config: dict, seed: int) -> SeedResult:
+def run(config: dict, seed: int) -> SeedResult:
     config = dict(config)
     iters, world = config["iters"], config["world"]
     n_seq = iters * world * config["batch"]
@@ -399,7 +399,7 @@ def _run(config: dict, seed: int) -> SeedResult:
     return SeedResult(metrics=metrics, curves=curves, info=info)
 
 
-def _plot(result: dict, folder: Any) -> list[Path]:
+def plot(result: dict, folder: Any) -> list[Path]:
     plt = pyplot()
     paths = []
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
@@ -474,7 +474,7 @@ CLAIM = Claim(
             criteria=("half_the_bytes", "beats_lossless_coding"),
         ),
     ),
-    run=_run,
+    run=run,
     configs={
         "smoke": {
             **_BASE,
@@ -536,5 +536,5 @@ CLAIM = Claim(
         "exponent_change_rate": "mean, over the iterations after warm-up, of the fraction of bf16 expert-weight "
         "exponents that changed since the previous all-gather (one value per seed, shown for every arm)",
     },
-    plot=_plot,
+    plot=plot,
 )

@@ -117,7 +117,7 @@ def _decode_benchmark(
     return decode_benchmark(model, caches, contexts, steps=steps, seed=0)
 
 
-def _run(config: dict[str, Any], seed: int) -> SeedResult:
+def run(config: dict[str, Any], seed: int) -> SeedResult:
     from neurips26.common import ruler
 
     start = time.perf_counter()
@@ -272,7 +272,7 @@ CLAIM = Claim(
         "accuracy": {"smoke": 2, "quick": 2 * _N_QUICK, "full": len(TASKS) * _N_FULL},
         **{f"acc_{t}": {"smoke": 2, "quick": _N_QUICK, "full": _N_FULL} for t in TASKS},
     },
-    run=_run,
+    run=run,
     configs={
         "smoke": {
             **_COMMON,

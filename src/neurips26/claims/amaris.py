@@ -294,7 +294,7 @@ def _tiny_arm(cfg: dict, seed: int) -> tuple[dict, dict, dict]:
     return metrics, curves, info
 
 
-def _run(config: dict, seed: int) -> SeedResult:
+def run(config: dict, seed: int) -> SeedResult:
     """One seed: the tiny arm (unless ``config["tiny"]`` is False) and, when ``config["smollm2"]`` is set,
     the SmolLM2 + LoRA arm (metrics prefixed ``smol_``, info under ``"smollm2"``)."""
     metrics: dict = {}
@@ -876,7 +876,7 @@ CLAIM = Claim(
         "core_at_spec90": {"smoke": 40, "quick": 200, "full": 400},
         "hypervolume": {"smoke": 40, "quick": 200, "full": 400},
     },
-    run=_run,
+    run=run,
     configs=CONFIGS,
     seeds={"smoke": (0,), "quick": (0, 1, 2), "full": (0, 1, 2, 3, 4)},
     implemented=(
@@ -1027,7 +1027,7 @@ SMOLLM2_CLAIM = Claim(
         m: {"smoke": 16, "quick": 100, "full": 100}
         for m in ("smol_core_at_spec90", "smol_core_at_spec98", "smol_hypervolume", "smol_spec_gain")
     },
-    run=_run,
+    run=run,
     configs=SMOLLM2_CONFIGS,
     seeds={"smoke": (0,), "quick": (0,), "full": (0, 1, 2)},
     implemented=(

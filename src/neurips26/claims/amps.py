@@ -242,7 +242,7 @@ def _score(first, second, batch) -> dict[str, float]:
     }
 
 
-def _run(config: dict, seed: int) -> SeedResult:
+def run(config: dict, seed: int) -> SeedResult:
     cfg = config
     start = time.perf_counter()
     seed_everything(seed)
@@ -496,7 +496,7 @@ CLAIM = Claim(
         "pref_at_collapse5": {"smoke": 60, "quick": 240, "full": 1000},
         "consistent_acc": {"smoke": 60, "quick": 240, "full": 1000},
     },
-    run=_run,
+    run=run,
     configs=CONFIGS,
     seeds={"smoke": (0,), "quick": (0, 1, 2), "full": (0, 1, 2)},
     implemented=(

@@ -334,7 +334,7 @@ def _arm_job(arm: str) -> tuple[dict[str, float], dict[str, Any]]:
     return _arm_result(arm, sh["sft"], sh["tokenizer"], sh["task"], sh["config"], sh["seed"], sh["problems"])
 
 
-def _run(config: dict[str, Any], seed: int) -> SeedResult:
+def run(config: dict[str, Any], seed: int) -> SeedResult:
     return _run_inner(config, seed)
 
 
@@ -455,7 +455,7 @@ def _pretrained_timing() -> dict[str, Any]:
     return {"cold_s": cold, "cached_s": cached, "convert_s": cold_info.get("convert_s")}
 
 
-def _plot(result: dict[str, Any], folder: Path) -> list[Path]:
+def plot(result: dict[str, Any], folder: Path) -> list[Path]:
     plt = pyplot()
     paths = []
     for name in ("reward", "entropy", "clipfrac_reasoning"):
@@ -550,7 +550,7 @@ CLAIM = Claim(
         ),
     ),
     items={"pass@1": EVAL_ITEMS, "pass@8": EVAL_ITEMS},
-    run=_run,
+    run=run,
     configs={
         "smoke": {
             **_COMMON,
@@ -603,7 +603,7 @@ CLAIM = Claim(
         "problem, each a random valid solution or, with probability 0.3, an arithmetically correct trace "
         "with a wrong operator/operand choice."
     ),
-    plot=_plot,
+    plot=plot,
     glossary={
         "pass@1": "mean over held-out problems of the fraction of 8 samples (temperature 1) whose trace is "
         "well formed, arithmetically correct, uses each number once and reaches the target",

@@ -373,7 +373,7 @@ def mechanics_check(seed: int) -> float:
     return float(ok)
 
 
-def _run(config: dict, seed: int) -> SeedResult:
+def run(config: dict, seed: int) -> SeedResult:
     from transformers.utils import logging as hf_logging
 
     was_enabled = hf_logging.is_progress_bar_enabled()
@@ -452,7 +452,7 @@ def _run_inner(cfg: dict, seed: int) -> SeedResult:
     return SeedResult(metrics=metrics, curves=curves, info=info)
 
 
-def _plot(result: dict, folder: Path) -> list[Path]:
+def plot(result: dict, folder: Path) -> list[Path]:
     plt = pyplot()
     m = result["metrics"]["avg8"]
     arms = [a for a in ("sft", *SINGLE, METHOD, *TEACHERS) if a in m]
@@ -547,7 +547,7 @@ CLAIM = Claim(
         "avg8": {"smoke": 4, "quick": 48, "full": 200},
         "step_acc": {"smoke": 4, "quick": 48, "full": 200},
     },
-    run=_run,
+    run=run,
     configs={
         "smoke": {
             **_COMMON,
@@ -604,7 +604,7 @@ CLAIM = Claim(
         "only) and 4000 training problems (2-3 operations) for SFT, from which each seed draws its n_distill "
         "distillation prompts (quick 400, full 2000); prompts are distinct across splits."
     ),
-    plot=_plot,
+    plot=plot,
     glossary={
         "avg8": "mean over held-out problems and 8 samples (T = 0.7, top-p 0.95, no privileged view unless the arm "
         "is teacher_*) of exact final-answer correctness = the sampled pass@1 estimate",

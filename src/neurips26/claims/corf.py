@@ -163,7 +163,7 @@ def _train(kg, graph, cfg, seed, steps):
     return model, log
 
 
-def _run(cfg: dict, seed: int) -> SeedResult:
+def run(cfg: dict, seed: int) -> SeedResult:
     return _run_inner(cfg, seed)
 
 
@@ -256,7 +256,7 @@ def _run_inner(cfg: dict, seed: int) -> SeedResult:
     return SeedResult(metrics=metrics, curves=curves, info={"per_setting": rows, "budget": budget})
 
 
-def _plot(result: dict, folder: Path) -> list[Path]:
+def plot(result: dict, folder: Path) -> list[Path]:
     plt = pyplot()
     fig, ax = plt.subplots(1, 2, figsize=(10, 4))
     pts: dict[str, dict[tuple, list]] = {}
@@ -385,7 +385,7 @@ CLAIM = Claim(
         "mrr_umls": {"smoke": 32, "quick": 64, "full": 128},
         "mrr_kinships": {"smoke": 32, "quick": 64, "full": 128},
     },
-    run=_run,
+    run=run,
     configs={
         "smoke": {
             **_COMMON,
@@ -465,7 +465,7 @@ CLAIM = Claim(
         "1024 (quick 256; real KGs 128, quick 64) test triples (and inverses) whose heads follow a Zipf law (exponent 1.1) over 10% of "
         "the test heads (neurips26.common.kg.zipf_queries)."
     ),
-    plot=_plot,
+    plot=plot,
     glossary={
         "mrr": "filtered MRR (realistic rank, PyKEEN convention, all splits filtered) of the trained model on the "
         "Zipf query batch of the largest synthetic graph; random = uniformly random scores",

@@ -524,7 +524,7 @@ def _gemma_arm(cfg: dict, seed: int) -> dict[str, Any]:
     return out
 
 
-def _run(config: dict, seed: int) -> SeedResult:
+def run(config: dict, seed: int) -> SeedResult:
     cfg = config
     start = time.perf_counter()
     model, world, hist = _model_and_world(cfg)
@@ -834,7 +834,7 @@ CLAIM = Claim(
         ),
     ),
     items={m: {"smoke": 6, "quick": 16, "full": 24} for m in ("efficacy", "transfer", "corrected_transfer")},
-    run=_run,
+    run=run,
     configs=CONFIGS,
     seeds={"smoke": (0,), "quick": (0, 1, 2), "full": (0, 1, 2, 3, 4)},
     implemented=(

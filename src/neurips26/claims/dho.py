@@ -216,7 +216,7 @@ SETTINGS = ("digits_k2", "digits_k5", "mnist_k2", "mnist_k5")
 ACC_ARMS = (METHOD, "single_head_kd", "ce_only", "dho_fixed_mix", "teacher")
 
 
-def _run(config: dict, seed: int) -> SeedResult:
+def run(config: dict, seed: int) -> SeedResult:
     return _run_inner(config, seed)
 
 
@@ -250,7 +250,7 @@ def _run_inner(cfg: dict, seed: int) -> SeedResult:
     return SeedResult(metrics=metrics, info=info)
 
 
-def _plot(result: dict, folder: Path) -> list[Path]:
+def plot(result: dict, folder: Path) -> list[Path]:
     plt = pyplot()
     settings = [s for s in SETTINGS if f"acc_{s}" in result["metrics"]]
     fig, ax = plt.subplots(1, 2, figsize=(11, 4))
@@ -366,7 +366,7 @@ CLAIM = Claim(
         "acc_mnist_k2": _ITEMS_MNIST,
         "acc_mnist_k5": _ITEMS_MNIST,
     },
-    run=_run,
+    run=run,
     configs={
         "smoke": {**_COMMON, "steps": 20, "teacher_epochs": 150},
         "quick": {**_COMMON, "steps": 100, "teacher_epochs": 150},
@@ -406,7 +406,7 @@ CLAIM = Claim(
         "val 200 / test 1,000 / student pool 2,300. Labelled set: k in {2, 5} images per class drawn from the "
         "student pool; the whole student pool is the unlabelled set."
     ),
-    plot=_plot,
+    plot=plot,
     glossary={
         **{
             f"acc_{s}": f"top-1 test accuracy on {s.split('_k')[0]} with k = {s.split('_k')[1]} labelled images per "

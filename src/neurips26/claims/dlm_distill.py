@@ -224,7 +224,7 @@ def _distil(arm: str, teacher, source, cfg: dict, seed: int, pool_size: int, poo
     return student, extra, hist
 
 
-def _run(config: dict, seed: int) -> SeedResult:
+def run(config: dict, seed: int) -> SeedResult:
     return _run_inner(config, seed)
 
 
@@ -278,7 +278,7 @@ def _run_inner(cfg: dict, seed: int) -> SeedResult:
     return SeedResult(metrics=metrics, curves=curves, info=info)
 
 
-def _plot(result: dict, folder: Path) -> list[Path]:
+def plot(result: dict, folder: Path) -> list[Path]:
     plt = pyplot()
     fig, ax = plt.subplots(1, 2, figsize=(10, 4))
     nll = result["metrics"]["oracle_nll"]
@@ -356,7 +356,7 @@ CLAIM = Claim(
             untested="no pretrained DLM or zero-shot benchmark offline; the Markov source has no downstream task",
         ),
     ),
-    run=_run,
+    run=run,
     configs={
         "smoke": {**_COMMON, "vocab": 8, "seq_len": 8, "teacher_layers": 1, "teacher_hidden": 32,
                   "student_layers": 1, "student_hidden": 16, "teacher_steps": 20, "teacher_data": 256,
@@ -402,7 +402,7 @@ CLAIM = Claim(
         "successors per context (Dirichlet 0.5 weights) mixed with 1e-3 uniform mass, re-drawn per seed. The "
         "teacher is trained on 8,000 (quick 4,000) source sequences; distillation sees only teacher samples."
     ),
-    plot=_plot,
+    plot=plot,
     glossary={
         "oracle_nll": "mean over generated samples (sampling_steps unmasking steps, temperature 1) of the exact "
         "negative log-likelihood per token under the Markov source; source = the source's own samples (its "

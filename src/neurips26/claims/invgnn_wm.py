@@ -79,7 +79,7 @@ def _attacks(cfg: dict[str, Any], model, data, seed: int, wm) -> dict[str, Any]:
     return out
 
 
-def _run(cfg: dict[str, Any], seed: int) -> SeedResult:
+def run(cfg: dict[str, Any], seed: int) -> SeedResult:
     return _run_inner(cfg, seed)
 
 
@@ -239,7 +239,7 @@ def _run_inner(cfg: dict[str, Any], seed: int) -> SeedResult:
     return SeedResult(metrics=metrics, curves=curves, info=info)
 
 
-def _plot(result: dict[str, Any], folder: Path) -> list[Path]:
+def plot(result: dict[str, Any], folder: Path) -> list[Path]:
     plt = pyplot()
     paths = []
     curves = result.get("curves", {})
@@ -402,7 +402,7 @@ CLAIM = Claim(
         ),
     ),
     items={"clean_acc": {"smoke": 40, "quick": 120, "full": 300}},
-    run=_run,
+    run=run,
     configs=CONFIGS,
     seeds={"smoke": (0,), "quick": (0, 1, 2), "full": (0, 1, 2, 3, 4)},
     implemented=(
@@ -451,5 +451,5 @@ CLAIM = Claim(
             "GCN distilled on all nodes at T=4; kdwm: kd plus the owner's watermark loss (head frozen)",
         }
     ),
-    plot=_plot,
+    plot=plot,
 )

@@ -72,7 +72,7 @@ def _scaling(sizes, hidden: int, T: int, seed: int) -> list[dict]:
     return out
 
 
-def _run(config: dict, seed: int) -> SeedResult:
+def run(config: dict, seed: int) -> SeedResult:
     return _run_inner(config, seed)
 
 
@@ -153,7 +153,7 @@ def _run_inner(cfg: dict, seed: int) -> SeedResult:
     return SeedResult(metrics=metrics, info=info)
 
 
-def _plot(result: dict, folder: Path) -> list[Path]:
+def plot(result: dict, folder: Path) -> list[Path]:
     plt = pyplot()
     acc = result["metrics"].get("acc_h07") or result["metrics"]["acc_h09"]  # h09: results before v2
     energy = result["metrics"]["energy_uj"]
@@ -193,7 +193,7 @@ CLAIM = Claim(
         AtMost("spike_energy_vs_gcn", threshold=1.0 / 3.0, label="spike_ops_cheap"),
         AtLeast("float_share", threshold=0.5, label="float_path_dominates"),
     ),
-    run=_run,
+    run=run,
     configs={
         "smoke": {
             **_COMMON,
@@ -278,7 +278,7 @@ CLAIM = Claim(
         "edge homophily 0.7 (criteria) and 0.9 / 0.1 (full, reported); 60/20/20 stratified masks from the seed. "
         "PyG FakeDataset (5k-20k nodes) for energy/memory scaling only."
     ),
-    plot=_plot,
+    plot=plot,
     glossary={
         "acc_h07": "test accuracy (test_mask) at the best validation evaluation, CSBM h = 0.7",
         "acc_h09": "same at h = 0.9 (full profile)",

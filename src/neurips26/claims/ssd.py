@@ -155,7 +155,7 @@ def _arm_config(arm: str, cfg: dict) -> SSDConfig:
     return SSDConfig(threshold=-1.0, always_intervene=True, supervise="all", **common)
 
 
-def _run(config: dict, seed: int) -> SeedResult:
+def run(config: dict, seed: int) -> SeedResult:
     return _run_inner(config, seed)
 
 
@@ -209,7 +209,7 @@ def _run_inner(cfg: dict, seed: int) -> SeedResult:
     return SeedResult(metrics=metrics, curves=curves, info=info)
 
 
-def _plot(result: dict, folder: Path) -> list[Path]:
+def plot(result: dict, folder: Path) -> list[Path]:
     plt = pyplot()
     fig, ax = plt.subplots(1, 2, figsize=(10, 4))
     m = result["metrics"]
@@ -264,7 +264,7 @@ CLAIM = Claim(
         "acc_heldout": {"smoke": 16, "quick": 96, "full": 160},
         "acc_train_template": {"smoke": 32, "quick": 192, "full": 320},
     },
-    run=_run,
+    run=run,
     configs={
         "smoke": {**_COMMON, "hidden": 32, "n_old": 6, "n_new": 4, "n_read": 8, "sft_steps": 20, "batch": 8, "steps": 2},
         "quick": {**_COMMON, "n_old": 40, "n_new": 24, "n_read": 400, "sft_steps": 1200, "batch": 16, "steps": 30},
@@ -296,7 +296,7 @@ CLAIM = Claim(
         "Generated per seed by neurips26.claims.ssd.world: quick 40 old / 24 new / 400 reading entities, full "
         "60 old / 40 new / 600 reading entities; 12 syllables give 132 two-syllable names."
     ),
-    plot=_plot,
+    plot=plot,
     glossary={
         "acc_heldout": "closed-book greedy exact match of the full answer sentence for the new entities on the "
         "held-out question template 3 (4 attributes per entity)",

@@ -202,7 +202,7 @@ def _encode(ref, model, task, seg, prompt, cot) -> Trajectory:
     return ref.encode(model, prompt, cot, seg, task.extract_answer)
 
 
-def _run(cfg: dict, seed: int) -> SeedResult:
+def run(cfg: dict, seed: int) -> SeedResult:
     return _run_inner(cfg, seed)
 
 
@@ -518,7 +518,7 @@ def _run_inner(cfg: dict, seed: int) -> SeedResult:
 
 
 # ----------------------------------------------------------------------------------- plot
-def _plot(result: dict, folder: Path) -> list[Path]:
+def plot(result: dict, folder: Path) -> list[Path]:
     plt = pyplot()
     m = result["metrics"]
     fig, ax = plt.subplots(1, 2, figsize=(12, 4))
@@ -667,7 +667,7 @@ CLAIM = Claim(
         ),
     ),
     items={"accuracy": _ACC_ITEMS},
-    run=_run,
+    run=run,
     configs=CONFIGS,
     seeds={"smoke": (0,), "quick": (0,), "full": (0, 1, 2)},
     implemented=(
@@ -704,7 +704,7 @@ CLAIM = Claim(
         "(the few-shot stop sequence); steps end at newline tokens; well-formed traces (derivation lines, then "
         "one final answer line, no repeated line) take the surgery whether or not the answer is right."
     ),
-    plot=_plot,
+    plot=plot,
     glossary={
         **{
             f"auroc_{p.value}": f"AUROC of the {p.value} detector score: its surgery on each clean evaluation trace "
