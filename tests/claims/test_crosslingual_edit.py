@@ -25,7 +25,8 @@ def test_real_model_round_structure_and_revert():
     efficacy, per-language transfer and an exact decomposition, and the weights come back bit-exactly."""
     import torch
 
-    from neurips26.claims.crosslingual_edit import EDITORS, BilingualWorld, _gemma_round
+    from neurips26.claims.crosslingual_edit.gemma import _gemma_round
+    from neurips26.claims.crosslingual_edit.world import EDITORS, BilingualWorld
     from neurips26.common.models import build_tiny_lm
     from neurips26.editing.crosslingual_edit import EditSite, estimate_key_moment
 
