@@ -188,3 +188,50 @@ def test_torch_compile_if_available():
     except Exception as err:  # pragma: no cover - depends on the platform's compiler
         pytest.skip(f"torch.compile not usable here: {err}")
     assert torch.allclose(out, model(x), atol=1e-6)
+
+
+def _stacked_forward(conn, blocks, h0):
+    """The reference stack: every shortcut through ``shortcut`` (a torch.stack of the sources)."""
+    w = None if conn._exact_residual else conn.weights()
+    states = [h0]
+    for k, f in enumerate(blocks, start=1):
+        short = conn.shortcut(k, states, w)
+        states.append(f(short if conn.mix_input else states[-1]) + short)
+    return states[-1]
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(init="residual", init_logit=2.0),
+        dict(init="uniform", learnable=False),
+        dict(include_stem=True),
+        dict(max_source_distance=2),
+        dict(mix_input=True, init="uniform"),
+    ],
+)
+def test_buffered_forward_is_bit_identical_to_stacked_shortcuts_with_gradients(kwargs):
+    blocks = _blocks(6)
+    conn = ANCReConnector(6, **kwargs)
+    if isinstance(conn.logits, nn.Parameter):
+        with torch.no_grad():
+            conn.logits.add_(torch.randn(conn.logits.shape, generator=torch.Generator().manual_seed(1)))
+    x = torch.randn(5, 8, requires_grad=True)
+    params = [x, *blocks.parameters()] + ([conn.logits] if conn.num_learnable else [])
+    out = conn(x, blocks)
+    ref = _stacked_forward(conn, blocks, x)
+    assert torch.equal(out, ref)
+    g_out = torch.autograd.grad(out.pow(2).sum(), params)
+    g_ref = torch.autograd.grad(ref.pow(2).sum(), params)
+    for a, b in zip(g_out, g_ref):
+        assert torch.equal(a, b)
+
+
+def test_buffered_forward_without_grad_and_repeated_calls():
+    blocks = _blocks(4)
+    conn = ANCReConnector(4, init="uniform")
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        first = conn(x, blocks)
+    assert torch.equal(first, conn(x, blocks).detach())
+    assert torch.equal(first, _stacked_forward(conn, blocks, x).detach())

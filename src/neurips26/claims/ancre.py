@@ -93,7 +93,7 @@ def _e1(arm: str, config: dict, seed: int) -> dict[str, Any]:
     pred_w0 = _pred_weight_min(model.connector)
     with torch.no_grad():
         init_loss = float((model(x) - y).pow(2).mean())
-    opt = torch.optim.SGD(_param_groups(model, config["e1_lr"], config), lr=config["e1_lr"])
+    opt = torch.optim.SGD(_param_groups(model, config["e1_lr"], config), lr=config["e1_lr"], foreach=True)
     losses = []
     for _ in range(config["e1_iters"]):
         opt.zero_grad()
@@ -148,7 +148,9 @@ def _e2(arm: str, config: dict, seed: int, data) -> dict[str, Any]:
     pred_w0 = _pred_weight_min(model.body.connector)
     with torch.no_grad():
         init_loss = float(nn.functional.cross_entropy(model(xtr), ytr))
-    opt = torch.optim.AdamW(_param_groups(model, config["e2_lr"], config), lr=config["e2_lr"], weight_decay=0.0)
+    opt = torch.optim.AdamW(
+        _param_groups(model, config["e2_lr"], config), lr=config["e2_lr"], weight_decay=0.0, foreach=True
+    )
     gen = torch.Generator().manual_seed(seed + 1)
     losses, times = [], []
     for _ in range(config["e2_steps"]):
@@ -211,10 +213,16 @@ def run(config: dict[str, Any], seed: int) -> SeedResult:
     info = {
         "e2_step_ms": {a: r["step_ms"] for a, r in e2.items()},
         "e2_step_time_ratio_vs_plain": {a: r["step_ms"] / e2["plain"]["step_ms"] for a, r in e2.items()},
-        "init_loss": {"e1": {a: r["init_loss"] for a, r in e1.items()}, "e2": {a: r["init_loss"] for a, r in e2.items()}},
+        "init_loss": {
+            "e1": {a: r["init_loss"] for a, r in e1.items()},
+            "e2": {a: r["init_loss"] for a, r in e2.items()},
+        },
         "budget": {
-            a: {"params": e2[a]["params"], "steps": {"e1": config["e1_iters"], "e2": config["e2_steps"]},
-                "lr_grid": {"e1": [config["e1_lr"]], "e2": [config["e2_lr"]]}}
+            a: {
+                "params": e2[a]["params"],
+                "steps": {"e1": config["e1_iters"], "e2": config["e2_steps"]},
+                "lr_grid": {"e1": [config["e1_lr"]], "e2": [config["e2_lr"]]},
+            }
             for a in ARMS
         },
         "e2_params": {a: r["params"] for a, r in e2.items()},
@@ -278,15 +286,29 @@ CLAIM = Claim(
         # ANCRe's residual initialisation really is residual: every block starts with >= 0.95 on its predecessor.
         AtLeast("init_pred_weight_min", threshold=0.95, kind="design", label="residual_init_is_residual"),
         # The plain residual network learns both testbeds by a declared amount.
-        Better("e1_log10_final_loss", arm="plain", baseline="init", margin=1.0, higher_is_better=False,
-               label="plain_learns_e1"),
-        Better("e2_final_train_loss", arm="plain", baseline="init", margin=1.0, higher_is_better=False,
-               label="plain_learns_e2"),
+        Better(
+            "e1_log10_final_loss",
+            arm="plain",
+            baseline="init",
+            margin=1.0,
+            higher_is_better=False,
+            label="plain_learns_e1",
+        ),
+        Better(
+            "e2_final_train_loss",
+            arm="plain",
+            baseline="init",
+            margin=1.0,
+            higher_is_better=False,
+            label="plain_learns_e2",
+        ),
     ),
     criteria=(
         Better("e1_log10_final_loss", baseline="plain", higher_is_better=False, label="e1_vs_plain"),
         Better("e2_loss_auc", baseline="plain", higher_is_better=False, label="e2_auc_vs_plain"),
-        Better("e2_loss_auc", baseline="uniform_dense", higher_is_better=False, label="e2_auc_vs_uniform_dense"),
+        Better(
+            "e2_loss_auc", baseline="uniform_dense", higher_is_better=False, label="e2_auc_vs_uniform_dense"
+        ),
         Better("e2_test_acc", baseline="plain", margin=-0.01, label="e2_acc_vs_plain"),
         AtMost("e2_step_time_ratio", threshold=1.05, min_seeds=2, label="compute_overhead"),
         AtMost("e2_param_overhead", threshold=0.01, kind="design", label="param_overhead"),

@@ -47,6 +47,31 @@ __all__ = [
 ]
 
 
+class _BufferedMix(torch.autograd.Function):
+    r""":math:`\sum_s w_s\, b_s` over a slice ``b (S, *)`` of the state buffer, with gradients to ``sources``.
+
+    ``sources`` are the autograd-tracked states whose detached copies fill ``b``; the forward is the same
+    ``tensordot`` as over ``torch.stack(sources)`` and the backward the same two ``mm`` products as
+    ``tensordot``'s, so values and gradients equal the stacked computation bit for bit. ``b``'s rows are
+    never rewritten once read (the buffer is append-only), so it is kept without a version check.
+    """
+
+    @staticmethod
+    def forward(ctx, w: Tensor, b: Tensor, *sources: Tensor) -> Tensor:
+        ctx.b = b
+        ctx.save_for_backward(w)
+        return torch.tensordot(w, b, dims=1)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        (w,) = ctx.saved_tensors
+        b, s = ctx.b, ctx.b.shape[0]
+        g = grad.reshape(1, -1)
+        gw = g.mm(b.reshape(s, -1).t()).reshape(s) if ctx.needs_input_grad[0] else None
+        gb = w.reshape(1, s).t().mm(g).reshape(b.shape)
+        return (gw, None, *gb.unbind(0))
+
+
 class ANCReConnector(nn.Module):
     r"""Learned shortcut sources for a stack of ``K`` same-shape blocks (optionally holding the blocks).
 
@@ -189,8 +214,22 @@ class ANCReConnector(nn.Module):
             )
         w = None if self._exact_residual else self.weights()
         states = [h0]
+        # append-only copy of h_0..h_K: a block's sources are one contiguous slice, so the shortcut
+        # needs no per-block torch.stack (the O(K^2) copies dominated the cost of deep stacks)
+        buf = None if self._exact_residual else h0.new_empty((self.num_blocks + 1, *h0.shape))
+        if buf is not None:
+            buf[0] = h0.detach()
         for k, block in enumerate(blocks, start=1):
-            short = self.shortcut(k, states, w)
+            if buf is None:
+                short = self.shortcut(k, states, w)
+            else:
+                first = self._first_source(k)
+                if k - first == 1:
+                    short = w[k - 1, first] * states[first]
+                else:
+                    short = _BufferedMix.apply(
+                        w[k - 1, first:k].to(states[first].dtype), buf[first:k], *states[first:k]
+                    )
             inp = short if self.mix_input else states[-1]
             out = block(inp)
             if out.shape != inp.shape:
@@ -199,7 +238,15 @@ class ANCReConnector(nn.Module):
                     f"{tuple(out.shape)}; ANCRe needs shape-preserving blocks"
                 )
             states.append(out + short)
+            if buf is not None and k < self.num_blocks:
+                buf[k] = states[-1].detach()
         return states[-1]
+
+    def _first_source(self, k: int) -> int:
+        first = 0 if (k == 1 or self.include_stem) else 1
+        if k > 1 and self.max_source_distance is not None:
+            first = max(first, k - self.max_source_distance)
+        return first
 
     def topology(self) -> Tensor:
         """Detached :meth:`weights`, for plotting."""
