@@ -85,3 +85,22 @@ def test_accelerated_rate_slope_on_convex_quadratic():
     )
     assert _fit_slope(gaps, 100, steps, marks) <= -1.6
     assert _fit_slope(gd, 100, steps, marks) > -1.3  # non-accelerated AdaGrad-norm GD is slower
+
+
+def test_sweep_runs_equal_fresh_seed0_runs():
+    """The full profile reuses the sweep's chosen seed-0 runs as the seed-0 evaluation runs: exactly equal."""
+    from neurips26.claims.accelegrad_sharp import SWEEP_SEED, _mnist, _sweep, _train
+
+    config = {**CLAIM.configs["smoke"], "mnist_steps": 6, "mnist_lr_multipliers": (1.0, 10.0)}
+    del config["fixed_lr"]
+    data = _mnist(SWEEP_SEED)
+    sweep = _sweep("mnist", config, data)
+    assert set(sweep["lr"]) == set(sweep["runs"]) == set(CLAIM.arms) - {"init", "adagrad_norm_gd"}
+    for arm, lr in sweep["lr"].items():
+        fresh = _train(arm, "mnist", lr, 6, config, SWEEP_SEED, data)
+        reused = sweep["runs"][arm]
+        drop = ("step_ms",)  # wall-clock time: measured, not computed
+        np.testing.assert_equal(
+            {k: v for k, v in reused.items() if k not in drop},
+            {k: v for k, v in fresh.items() if k not in drop},
+        )
