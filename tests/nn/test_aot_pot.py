@@ -192,7 +192,9 @@ def test_stream_init_and_alpha_init_options():
 
     from neurips26.nn.aot_pot import OperatorTransformer as _OT
 
-    kw = dict(in_channels=1, out_channels=1, t_in=2, patch=4, dim=8, depth=2, modes=2, residual="aot", n_streams=3)
+    kw = dict(
+        in_channels=1, out_channels=1, t_in=2, patch=4, dim=8, depth=2, modes=2, residual="aot", n_streams=3
+    )
     mean = _OT(**kw)
     assert all(float(layer.b_pre.abs().max()) == 0.0 for layer in mean.layers)
     cyc = _OT(stream_init="cyclic", alpha_init=0.2, **kw)
@@ -201,3 +203,25 @@ def test_stream_init_and_alpha_init_options():
         assert float(layer.alpha[0]) == _pytest.approx(0.2)
     with _pytest.raises(ValueError):
         _OT(stream_init="bogus", **kw)
+
+
+def test_unchecked_layer_path_equals_public_forward_and_errors_still_raised():
+    torch.manual_seed(0)
+    model = OperatorTransformer(residual="aot", n_streams=4, stream_init="cyclic", **KW)
+    u = torch.randn(2, 3, 1, 16)
+    out, maps = model(u, return_maps=True)
+    b, t, c, x = u.shape
+    h = expand_streams(model.embed(u.reshape(b, t * c, x)).transpose(1, 2), 4)
+    ref_maps = []
+    for layer in model.layers:
+        h, m = layer(h, return_maps=True)  # the public, checked forward
+        ref_maps.append(m["res"])
+    ref = u[:, -1] + model.head(model.final_norm(collapse_streams(h))).reshape(b, -1, c, 4).permute(
+        0, 2, 1, 3
+    ).reshape(b, c, x)
+    assert torch.equal(out, ref)
+    assert all(torch.equal(a, r) for a, r in zip(maps, ref_maps))
+    with pytest.raises(ValueError, match="NaN"):
+        model(torch.full((2, 3, 1, 16), float("nan")))
+    with pytest.raises(ValueError, match="NaN"):
+        model.layers[0](torch.full((1, 4, 4, 16), float("nan")))

@@ -86,6 +86,11 @@ def sinkhorn_knopp(logits: Tensor, n_iters: int = 20, log_space: bool = True) ->
     check_tensor("logits", logits)
     if logits.ndim < 2 or logits.shape[-1] != logits.shape[-2]:
         raise ValueError(f"logits must have shape (..., n, n), got {tuple(logits.shape)}")
+    return _sinkhorn(logits, n_iters, log_space)
+
+
+def _sinkhorn(logits: Tensor, n_iters: int, log_space: bool = True) -> Tensor:
+    """:func:`sinkhorn_knopp` without the argument checks (for callers that validated their input)."""
     if log_space:
         z = logits
         for _ in range(n_iters):
@@ -253,7 +258,7 @@ class MultiStreamResidual(nn.Module):
             h_pre = (2.0 / n) * torch.sigmoid(pre_l)
             h_post = 2.0 * torch.sigmoid(post_l)
             if self.constraint == "sinkhorn":
-                h_res = sinkhorn_knopp(res_l, self.sinkhorn_iters)
+                h_res = _sinkhorn(res_l, self.sinkhorn_iters)
             else:
                 h_res = torch.eye(n, dtype=x.dtype, device=x.device).expand(b, t, n, n)
         return h_pre, h_post, h_res
@@ -265,6 +270,10 @@ class MultiStreamResidual(nn.Module):
                 f"x must have shape (B, N, {self.n}, {self.dim}) = (batch, tokens, n_streams, dim), "
                 f"got {tuple(x.shape)}"
             )
+        return self._forward(x, return_maps)
+
+    def _forward(self, x: Tensor, return_maps: bool = False):
+        """:meth:`forward` without the input checks (the operator transformer validates its own input)."""
         h_pre, h_post, h_res = self.maps(x)
         y = self.sublayer(torch.einsum("btn,btnd->btd", h_pre, x))
         if y.shape != x.shape[:2] + (self.dim,):
@@ -444,18 +453,33 @@ class OperatorTransformer(nn.Module):
                 "static": dict(constraint="sinkhorn", dynamic=False),
             }[residual]
             self.layers = nn.ModuleList(
-                MultiStreamResidual(s, dim, n_streams, sinkhorn_iters=sinkhorn_iters, alpha_init=alpha_init, **kw)
+                MultiStreamResidual(
+                    s, dim, n_streams, sinkhorn_iters=sinkhorn_iters, alpha_init=alpha_init, **kw
+                )
                 for s in sublayers
             )
             if stream_init == "cyclic":
                 with torch.no_grad():
                     for i, layer in enumerate(self.layers):
-                        layer.b_pre.copy_(2.0 * (2.0 * nn.functional.one_hot(
-                            torch.tensor(i % self.n_streams), self.n_streams).float() - 1.0))
+                        layer.b_pre.copy_(
+                            2.0
+                            * (
+                                2.0
+                                * nn.functional.one_hot(
+                                    torch.tensor(i % self.n_streams), self.n_streams
+                                ).float()
+                                - 1.0
+                            )
+                        )
 
     def _check(self, u_past: Tensor) -> None:
         check_tensor("u_past", u_past, like=self)
-        if u_past.ndim != 4 or u_past.shape[0] == 0 or u_past.shape[1] != self.t_in or u_past.shape[2] != self.in_channels:
+        if (
+            u_past.ndim != 4
+            or u_past.shape[0] == 0
+            or u_past.shape[1] != self.t_in
+            or u_past.shape[2] != self.in_channels
+        ):
             raise ValueError(
                 f"u_past must have shape (B, {self.t_in}, {self.in_channels}, X) = (batch, t_in, channels, space), "
                 f"got {tuple(u_past.shape)}"
@@ -475,7 +499,7 @@ class OperatorTransformer(nn.Module):
         else:
             h = expand_streams(tokens, self.n_streams)
             for layer in self.layers:
-                h, maps = layer(h, return_maps=True)
+                h, maps = layer._forward(h, return_maps=True)
                 res_maps.append(maps["res"])
             h = collapse_streams(h, "sum")
         delta = self.head(self.final_norm(h))  # (B, N, C * p)
