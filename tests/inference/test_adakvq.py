@@ -82,6 +82,49 @@ def test_registered_attention_measures_aad_and_leaves_outputs_unchanged():
     assert tracker.layer_demand(0) == pytest.approx(float(s.mean()))
 
 
+def _probe_reference(query, key, attention_mask, scaling, n_probe):
+    """The probe with the key heads repeated for grouped-query attention (the textbook form)."""
+    import math
+
+    b, hq, q_len, d = query.shape
+    kv_len = key.shape[2]
+    n_p = min(n_probe, q_len)
+    q = query[:, :, q_len - n_p :, :].float()
+    k = key.float().repeat_interleave(hq // key.shape[1], dim=1)
+    scores = (q @ k.transpose(-1, -2)) * (scaling if scaling is not None else 1.0 / math.sqrt(d))
+    qidx = torch.arange(kv_len - n_p, kv_len)
+    if attention_mask is None:
+        visible = (torch.arange(kv_len) <= qidx.unsqueeze(-1)).expand(b, 1, n_p, kv_len)
+    else:
+        visible = attention_mask[:, :, q_len - n_p :, :kv_len].expand(b, 1, n_p, kv_len)
+    probs = torch.softmax(scores.masked_fill(~visible, float("-inf")), dim=-1)
+    _, naad = aad_from_probs(probs, qidx, visible)
+    naad = torch.where(visible.any(-1).expand_as(naad), naad, torch.full_like(naad, float("nan")))
+    return torch.nanmean(naad, dim=(0, 1))
+
+
+@pytest.mark.parametrize("batch", [1, 9, 25])
+@pytest.mark.parametrize(
+    ("q_len", "kv_len"), [(1, 1), (1, 33), (1, 515), (1, 530), (128, 256), (128, 511), (5, 40)]
+)
+@pytest.mark.parametrize("masked", [False, True])
+def test_grouped_probe_equals_repeated_keys_bitwise(batch, q_len, kv_len, masked):
+    """The probe multiplies each query-head group with the shared key heads: the same bits as repeating
+    the keys (decode and chunked-prefill shapes of the claim: 9 query and 3 key heads of SmolLM2)."""
+    from neurips26.inference.adakvq.aad import _probe_aad
+
+    g = torch.Generator().manual_seed(batch * 1000 + q_len + kv_len)
+    query = (torch.randn(batch, q_len, 9, 64, generator=g) * 3).transpose(1, 2)  # projection layout
+    key = torch.randn(batch, 3, kv_len, 64, generator=g) * 3
+    mask = None
+    if masked:
+        mask = torch.ones(batch, 1, q_len, kv_len, dtype=torch.bool).tril(kv_len - q_len)
+        mask[0, ..., : min(3, kv_len - 1)] = False  # left padding of row 0
+    got = _probe_aad(None, query, key, mask, 0.125, 32)
+    want = _probe_reference(query, key, mask, 0.125, 32)
+    assert torch.equal(got.nan_to_num(-1.0), want.nan_to_num(-1.0))
+
+
 def test_padding_does_not_change_aad():
     model = tiny_model(kv_heads=1)
     model.set_attn_implementation(register_aad_attention(n_probe=4))

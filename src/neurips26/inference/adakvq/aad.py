@@ -151,11 +151,17 @@ def _probe_aad(module, query, key, attention_mask, scaling, n_probe):
     hk, kv_len = key.shape[1], key.shape[2]
     n_p = min(n_probe, q_len)
     q = query[:, :, q_len - n_p :, :].float()
-    k = key.float()
-    if hq != hk:
-        k = k.repeat_interleave(hq // hk, dim=1)
+    kt = key.float().transpose(-1, -2)  # [B, Hk, d, K]
     scale = scaling if scaling is not None else 1.0 / math.sqrt(d)
-    scores = (q @ k.transpose(-1, -2)) * scale  # [B, Hq, n_p, K]
+    if hq != hk:
+        # grouped query heads: query head h reads key head h // g. One matmul per position j in the group
+        # (query heads j, g + j, ...) against the shared keys, instead of repeating the keys g times: the
+        # same [n_p, d] x [d, K] products per (batch, head), so the same bits, without copying K g times.
+        g = hq // hk
+        qg = q.view(b, hk, g, n_p, d)
+        scores = torch.stack([qg[:, :, j] @ kt for j in range(g)], dim=2).view(b, hq, n_p, kv_len) * scale
+    else:
+        scores = (q @ kt) * scale  # [B, Hq, n_p, K]
     qidx = torch.arange(kv_len - n_p, kv_len, device=query.device)
     if attention_mask is None:
         visible = (torch.arange(kv_len, device=query.device) <= qidx.unsqueeze(-1)).expand(b, 1, n_p, kv_len)
