@@ -6,6 +6,14 @@ Every self-supervised method (GCN-MLP, GRACE, BGRL, DGI) is trained with the sam
 optimiser, learning rate and epoch budget on the same graph, then frozen embeddings go through the
 same linear probe over the same random splits. Time per epoch and training-step memory are measured
 in the same run.
+
+Full-profile budget: about 77% of a seed's CPU time is the linear probe (L-BFGS fits, 5 splits x 4 C
+values per embedding), so the full profile dropped two info-only parts that no criterion or premise
+reads (and that change no judged number: every graph and model has its own seed): the h = 0.5 graph
+(5 trainings + 8 probes per seed, reported in info only) and the 5% edge-perturbation level of the
+robustness diagnostic (5 probes per seed; 10% and 20% stay). Every arm keeps the same epochs, widths,
+graphs and probe; the judged graphs (low h 0.05/0.2, high h 0.65/0.75) and seeds are unchanged.
+The previous full run took 607 s CPU (3 seeds) on the 600 s budget; this saves about a fifth.
 """
 
 from __future__ import annotations
@@ -231,8 +239,15 @@ CLAIM = Claim(
         Headline(
             "state of the art on heterophilic graphs with minimal computation and memory",
             criteria=(
-                "low_h_vs_grace", "low_h_vs_bgrl", "low_h_vs_dgi", "faster_than_grace", "faster_than_bgrl",
-                "faster_than_dgi", "less_memory_than_grace", "less_memory_than_bgrl", "less_memory_than_dgi",
+                "low_h_vs_grace",
+                "low_h_vs_bgrl",
+                "low_h_vs_dgi",
+                "faster_than_grace",
+                "faster_than_bgrl",
+                "faster_than_dgi",
+                "less_memory_than_grace",
+                "less_memory_than_bgrl",
+                "less_memory_than_dgi",
             ),
         ),
         Headline(
@@ -294,15 +309,13 @@ CLAIM = Claim(
             "num_splits": 5,
             "propagation_k": 2,
             "low_h": [0.05, 0.2],
-            "mid_h": [0.5],
             "high_h": [0.65, 0.75],
             "arms_low": ["gcn_mlp_concat", "gcn_mlp_gcn", *SSL, "cosine_ablation", "structural_input"],
-            "arms_mid": ["gcn_mlp_concat", "gcn_mlp_gcn", *SSL],
             "arms_high": ["gcn_mlp_concat", "gcn_mlp_gcn", *SSL],
             "view_ablation": True,
             "noise_diagnostic": True,
             "robustness_h": [0.75],
-            "robustness_fracs": [0.05, 0.1, 0.2],
+            "robustness_fracs": [0.1, 0.2],
         },
     },
     seeds={"smoke": (0,), "quick": (0,), "full": (0, 1, 2)},
@@ -317,7 +330,7 @@ CLAIM = Claim(
         "embeddings -> L2 logistic regression probe (C from {0.01, 0.1, 1, 10} on validation), 48/32/20 splits. "
         "Full profile adds: the cosine-only collapse ablation and structural-input (SVD) GCN view at low h, "
         "GCN-only / MLP-only embeddings of the trained model, the views' noise-correlation diagnostic, and "
-        "black-box robustness (5/10/20% random edges removed and added) at h = 0.75 (in info)."
+        "black-box robustness (10/20% random edges removed and added) at h = 0.75 (in info)."
     ),
     differences=(
         "Synthetic CSBM instead of the paper's Chameleon/Wisconsin/Citeseer/Pubmed; N = 1000 nodes (spec: 3000) "
@@ -327,14 +340,16 @@ CLAIM = Claim(
         "CCA-SSG, PolyGCL, GraphACL and white-box attacks are not run; the concat embedding is 256-d while "
         "baselines output 128-d (as in the paper's design). CPU memory is an autograd-saved-tensor account, "
         "not an allocator high-water mark. Quick uses one seed, so paired criteria are inconclusive there. Full "
-        "uses 3 seeds (about 200 s each, so 5 do not fit 600 s). The high-homophily graphs use h = 0.65/0.75 "
+        "uses 3 seeds (about 165 s CPU each, so 5 do not fit 600 s); the h = 0.5 graph and the 5% robustness "
+        "level were dropped from full (info only, no judged number) to fit the budget. The high-homophily graphs "
+        "use h = 0.65/0.75 "
         "and feature scale 0.5 (spec: h = 0.8/0.95) so that the baselines are below the accuracy ceiling."
     ),
     data=(
         "neurips26.common.graphs.csbm: 5 balanced classes, 100-d Gaussian features around random unit class "
         "means scaled by mu = 1.75 (raw-feature probe ~60-65%), average degree 10, edge homophily h; cross-class "
         "edges follow a cyclic class-mixing matrix so heterophilic structure is informative. Low h: quick {0.1}, "
-        "full {0.05, 0.2}; high h (features scaled by 0.5): quick {0.7}, full {0.65, 0.75}; full also h = 0.5 (info only)."
+        "full {0.05, 0.2}; high h (features scaled by 0.5): quick {0.7}, full {0.65, 0.75}."
     ),
     plot=_plot,
     glossary={
