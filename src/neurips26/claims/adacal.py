@@ -246,7 +246,7 @@ def calibrate_premise(
 ) -> dict[str, Any]:
     """Dense accuracy per task on calibration items (the premise's reference, never the evaluation items).
 
-    Runs the dense arm (``sdpa``) exactly as :func:`_run` does (same model, precision, template,
+    Runs the dense arm (``sdpa``) exactly as :func:`run` does (same model, precision, template,
     length, batch size and greedy decode) on ``n`` items per task (default ``config["n_per_task"]``)
     generated with each of ``seeds``. Returns ``{"accuracy": {task: mean}, "items": {task: count},
     "seeds": [...], "dtype": ...}``. :data:`PREMISE_CALIBRATION` holds its output for the full profile.
@@ -277,7 +277,7 @@ def calibrate_premise(
 
 
 # ------------------------------------------------------------------ run
-def _run(config: dict[str, Any], seed: int) -> SeedResult:
+def run(config: dict[str, Any], seed: int) -> SeedResult:
     start = time.perf_counter()
     model, tok = _load(config)
     load_s = time.perf_counter() - start
@@ -539,7 +539,7 @@ CLAIM = Claim(
         "acc_structure": {"smoke": 1, "quick": _N_QUICK, "full": _N_FULL},
         **{f"acc_{t}": {"smoke": 1, "quick": _N_QUICK, "full": _N_FULL} for t in TASKS},
     },
-    run=_run,
+    run=run,
     configs={
         "smoke": {
             **_COMMON,
