@@ -16,6 +16,7 @@ import fnmatch
 import importlib.util
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -94,6 +95,16 @@ def _thread_calls(tree: ast.AST) -> list[ast.Call]:
 def test_pending_sets_name_implemented_claims():
     for table in (THREADS_PENDING, WALL_CLOCK, NON_FINITE):
         assert set(table) <= set(SLUGS)
+
+
+@pytest.mark.parametrize("slug", SLUGS)
+def test_module_exposes_public_run_and_plot_and_snake_case_arms(slug):
+    module = importlib.import_module(get(slug).claim_module)
+    claim = load_claim(slug)
+    assert callable(getattr(module, "run", None)), f"{slug}: the claim module has no public run"
+    assert claim.plot is not None and callable(getattr(module, "plot", None)), f"{slug}: no public plot"
+    for arm in (claim.method, *claim.baselines, *claim.references):
+        assert re.fullmatch(r"[a-z][a-z0-9_.]*", arm), f"{slug}: arm {arm!r} is not snake_case (display_names)"
 
 
 @pytest.mark.parametrize("slug", SLUGS)

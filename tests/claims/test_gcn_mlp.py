@@ -16,7 +16,7 @@ def test_smoke_arms_and_benchmark(smoke_result):
 def test_info_only_parts_change_no_judged_number():
     """The h = 0.5 graph and extra robustness levels (dropped from full for time) are info only: with or
     without them, the accuracies, memory and every judged graph's probe results are identical."""
-    from neurips26.claims.gcn_mlp import _run
+    from neurips26.claims.gcn_mlp import run
 
     base = {
         **CLAIM.configs["smoke"],
@@ -28,7 +28,7 @@ def test_info_only_parts_change_no_judged_number():
         "robustness_fracs": [0.1],
     }
     extra = {**base, "mid_h": [0.5], "arms_mid": ["gcn_mlp_concat", "grace"], "robustness_fracs": [0.05, 0.1]}
-    lean, full = _run(base, 0), _run(extra, 0)
+    lean, full = run(base, 0), run(extra, 0)
     for metric in ("acc_low_h", "acc_high_h", "memory_mb"):
         assert lean.metrics[metric] == full.metrics[metric], metric
     rows = {r["h_target"]: r for r in full.info["per_graph"]}

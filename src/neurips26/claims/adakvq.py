@@ -139,7 +139,7 @@ class _Replay:
             self.tracker._ema = dict(self.snaps[i - 1]) if i > 0 else {}
 
 
-def _run(config: dict[str, Any], seed: int) -> SeedResult:
+def run(config: dict[str, Any], seed: int) -> SeedResult:
     return _run_threads(config, seed)
 
 
@@ -376,7 +376,7 @@ CLAIM = Claim(
         "accuracy": {"smoke": 2, "quick": 2 * _N_QUICK, "full": len(TASKS) * _N_FULL},
         **{f"acc_{t}": {"smoke": 2, "quick": _N_QUICK, "full": _N_FULL} for t in TASKS},
     },
-    run=_run,
+    run=run,
     configs={
         "smoke": {
             **_COMMON,

@@ -81,7 +81,7 @@ def _train_probe(name, maker, data, splits, cfg, seed):
     }
 
 
-def _run(config: dict, seed: int) -> SeedResult:
+def run(config: dict, seed: int) -> SeedResult:
     return _run_inner(config, seed)
 
 
@@ -163,7 +163,7 @@ def _run_inner(cfg: dict, seed: int) -> SeedResult:
     return SeedResult(metrics=metrics, curves=curves, info=info)
 
 
-def _plot(result: dict, folder: Path) -> list[Path]:
+def plot(result: dict, folder: Path) -> list[Path]:
     plt = pyplot()
     rows: dict[float, dict[str, list[float]]] = {}
     for seed_info in result.get("info", []):
@@ -272,7 +272,7 @@ CLAIM = Claim(
         "acc_low_h": {"smoke": 30, "quick": 200, "full": 200},
         "acc_high_h": {"smoke": 30, "quick": 200, "full": 200},
     },
-    run=_run,
+    run=run,
     configs={
         "smoke": {
             **_COMMON,
@@ -351,7 +351,7 @@ CLAIM = Claim(
         "edges follow a cyclic class-mixing matrix so heterophilic structure is informative. Low h: quick {0.1}, "
         "full {0.05, 0.2}; high h (features scaled by 0.5): quick {0.7}, full {0.65, 0.75}."
     ),
-    plot=_plot,
+    plot=plot,
     glossary={
         "acc_low_h": "mean over the low-homophily graphs of the linear-probe test accuracy (mean over splits); "
         "the gcn_mlp arm is the heterophilic recipe (variant='concat')",
