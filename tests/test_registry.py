@@ -160,3 +160,8 @@ def test_extra_claim_resolves_to_its_method_and_unknown_suffix_raises():
     assert extra_claim("amaris") is None and method_info("amaris_nope") is None
     with pytest.raises(KeyError, match="unknown method slug"):
         load_claim("amaris_nope")
+    for bad in (["amaris"], 3):
+        with pytest.raises(TypeError, match="slug must be a str"):
+            method_info(bad)
+        with pytest.raises(TypeError, match="slug must be a str"):
+            extra_claim(bad)

@@ -610,7 +610,6 @@ def _module_exists(name: str) -> bool:
         return False
 
 
-@cache
 def extra_claim(slug: str):
     """``(MethodInfo, Claim)`` for an opt-in claim ``<registered slug>_<suffix>``, else ``None``.
 
@@ -618,9 +617,17 @@ def extra_claim(slug: str):
     slow for the registered check's full-profile budget, such as ``amaris_smollm2``). They run with
     ``neurips26 check <slug>`` like any claim but are not part of ``--all`` or the README table.
     """
+
+    if not isinstance(slug, str):
+        raise TypeError(f"slug must be a str, got {type(slug).__name__}")
+    return _extra_claim(slug)
+
+
+@cache
+def _extra_claim(slug: str):
     from neurips26.claims.base import Claim
 
-    if not isinstance(slug, str) or slug in BY_SLUG:
+    if slug in BY_SLUG:
         return None
     for parent in sorted(BY_SLUG, key=len, reverse=True):
         if not slug.startswith(parent + "_"):
@@ -637,6 +644,8 @@ def extra_claim(slug: str):
 
 def method_info(slug: str) -> MethodInfo | None:
     """The registry row of a claim slug: its own, or its method's for an extra claim; ``None`` if unknown."""
+    if not isinstance(slug, str):
+        raise TypeError(f"slug must be a str, got {type(slug).__name__}")
     if slug in BY_SLUG:
         return BY_SLUG[slug]
     found = extra_claim(slug)

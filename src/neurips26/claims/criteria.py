@@ -1,5 +1,9 @@
 """Criteria and their statistics: how a claim check turns per-seed metrics into a verdict.
 
+A claim's premises (the testbed can show the effect at all) and its criteria (the comparisons) are both
+instances of these classes and are judged by the same rule; :mod:`neurips26.claims.base` decides what a
+failed premise means for the claim (inconclusive, reason ``testbed``). This module declares no claim.
+
 Statistics (one rule for every criterion)
 -----------------------------------------
 Each criterion reduces the per-seed metrics to ``n`` values ``v_s`` on a scale where larger is
