@@ -167,6 +167,40 @@ GLOSSARY = {
     "core_retention": "acc_core of the model / acc_core of the base (specialist arm: the forgetting premise)",
 }
 
+
+def _frontier_criteria(prefix: str) -> tuple[Better, ...]:
+    """The frontier comparisons both checks declare, on metrics named ``<prefix>core_at_spec90`` etc."""
+    return (
+        *(
+            Better(
+                f"{prefix}core_at_spec90",
+                baseline=b,
+                margin=0.02,
+                min_seeds=3,
+                label=f"{prefix}core90_vs_{tag}",
+            )
+            for b, tag in (("task_arithmetic", "ta"), ("ties", "ties"), ("dare", "dare"))
+        ),
+        *(
+            Better(f"{prefix}hypervolume", baseline=b, margin=-0.02, min_seeds=3, label=f"{prefix}hv_vs_{b}")
+            for b in ("ties", "dare")
+        ),
+    )
+
+
+#: The paper's headlines neither check can test at CPU scale.
+_UNTESTED_HEADLINES = (
+    Headline(
+        "instruction following: 103.49% core retention with 90.28% specialist retention",
+        untested="no instruction-following specialist at CPU scale",
+    ),
+    Headline(
+        "multilingual SEA: 93.69% specialist retention with 99.77% core retention",
+        untested="no multilingual specialist at CPU scale",
+    ),
+)
+
+
 CLAIM = Claim(
     slug="amaris",
     claim=(
@@ -182,13 +216,7 @@ CLAIM = Claim(
         AtMost("core_retention", threshold=0.8, arm="specialist", label="specialist_forgets"),
         AtLeast("hypervolume", threshold=0.1, arm="task_arithmetic", label="merging_has_a_frontier"),
     ),
-    criteria=(
-        Better("core_at_spec90", baseline="task_arithmetic", margin=0.02, min_seeds=3, label="core90_vs_ta"),
-        Better("core_at_spec90", baseline="ties", margin=0.02, min_seeds=3, label="core90_vs_ties"),
-        Better("core_at_spec90", baseline="dare", margin=0.02, min_seeds=3, label="core90_vs_dare"),
-        Better("hypervolume", baseline="ties", margin=-0.02, min_seeds=3, label="hv_vs_ties"),
-        Better("hypervolume", baseline="dare", margin=-0.02, min_seeds=3, label="hv_vs_dare"),
-    ),
+    criteria=(*_frontier_criteria(""),),
     headlines=(
         Headline(
             "Pareto operating points competitive with strong training-free baselines",
@@ -199,14 +227,7 @@ CLAIM = Claim(
             untested="Qwen3-8B/32B and the finance benchmarks are out of reach on 2 CPU cores; the toy task's "
             "core_at_spec90 is the analogous operating point",
         ),
-        Headline(
-            "instruction following: 103.49% core retention with 90.28% specialist retention",
-            untested="no instruction-following specialist at CPU scale",
-        ),
-        Headline(
-            "multilingual SEA: 93.69% specialist retention with 99.77% core retention",
-            untested="no multilingual specialist at CPU scale",
-        ),
+        *_UNTESTED_HEADLINES,
     ),
     items={
         "core_at_spec90": {"smoke": 40, "quick": 200, "full": 400},
@@ -322,17 +343,7 @@ SMOLLM2_CLAIM = Claim(
         ),
     ),
     criteria=(
-        Better(
-            "smol_core_at_spec90",
-            baseline="task_arithmetic",
-            margin=0.02,
-            min_seeds=3,
-            label="smol_core90_vs_ta",
-        ),
-        Better("smol_core_at_spec90", baseline="ties", margin=0.02, min_seeds=3, label="smol_core90_vs_ties"),
-        Better("smol_core_at_spec90", baseline="dare", margin=0.02, min_seeds=3, label="smol_core90_vs_dare"),
-        Better("smol_hypervolume", baseline="ties", margin=-0.02, min_seeds=3, label="smol_hv_vs_ties"),
-        Better("smol_hypervolume", baseline="dare", margin=-0.02, min_seeds=3, label="smol_hv_vs_dare"),
+        *_frontier_criteria("smol_"),
         AtLeast("smol_core_at_spec98", threshold=HEADLINE_CORE, min_seeds=3, label="smol_finance_point"),
     ),
     headlines=(
@@ -350,14 +361,7 @@ SMOLLM2_CLAIM = Claim(
             "finance: 98.37% specialist retention with 95.76% core retention (Qwen3 8B/32B)",
             criteria=("smol_finance_point",),
         ),
-        Headline(
-            "instruction following: 103.49% core retention with 90.28% specialist retention",
-            untested="no instruction-following specialist at CPU scale",
-        ),
-        Headline(
-            "multilingual SEA: 93.69% specialist retention with 99.77% core retention",
-            untested="no multilingual specialist at CPU scale",
-        ),
+        *_UNTESTED_HEADLINES,
     ),
     items={
         m: {"smoke": 16, "quick": 100, "full": 100}
