@@ -17,13 +17,26 @@ in the claim module, before any run:
 Criteria and their statistics (one rule for every criterion) live in :mod:`neurips26.claims.criteria`
 and are re-exported here.
 
-Claim verdicts
---------------
-``inconclusive`` (reason ``testbed``)  a premise is not reproduced.
-``inconclusive`` (reason ``error``)    a premise or criterion raised.
-``not reproduced``                     a criterion is not reproduced.
-``reproduced``                         every criterion is reproduced, at least one of them evidence.
-``inconclusive`` (reason ``spread``)   otherwise (too few seeds, or a bound straddles a margin).
+- ``kind="cost"``: criteria about speed or memory of our own CPU code are reported, never deciding
+  (unless ``cost_decides`` states why they may; see :mod:`neurips26.claims.criteria`).
+
+Claim verdicts (rule version 3, "claims-v3")
+--------------------------------------------
+Every tested headline gets its own verdict (:func:`~neurips26.claims.criteria.judge_headline`: its
+evidence criteria with Holm's correction for refutations, design checks as bug checks, floors,
+constants and collapsed arms screened out). The claim's verdict is the verdict of its *primary*
+headline(s): those declared ``Headline(..., primary=True)``, by default the first declared headline
+tested by at least one evidence criterion (a claim without headlines: one implicit headline naming every
+criterion). Secondary headlines keep their own verdicts and never change the claim's. In order:
+
+``inconclusive`` (reason ``error``)          a premise or criterion raised.
+``inconclusive`` (reason ``testbed``)        a premise is not reproduced.
+``inconclusive`` (reason ``error-suspect``)  an evidence criterion's arm collapsed to its floor on every
+                                             seed while the baseline did not, and the claim declares no
+                                             diagnosis for it (``Claim(diagnoses={label: text})``).
+otherwise                                    the primary headline's verdict (several primaries: not
+                                             reproduced if one is, reproduced if all are, else
+                                             inconclusive with the first one's reason).
 
 Power
 -----
@@ -41,13 +54,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from neurips26.claims.criteria import (  # re-exported: the vocabulary of a claim in one place
+    CONSTANT,
     CRITERIA,
     ERROR,
+    FLOOR,
     INCONCLUSIVE,
     KINDS,
     NOT_REPRODUCED,
     POWER,
     REPRODUCED,
+    RULE_VERSION,
+    SUSPECT,
     VERDICTS,
     AtLeast,
     AtMost,
@@ -61,13 +78,17 @@ from neurips26.claims.criteria import (  # re-exported: the vocabulary of a clai
     combine,
     criterion_from_dict,
     decide,
+    holm,
+    judge_headline,
 )
 
 __all__ = [
-    "CRITERIA", "ERROR", "INCONCLUSIVE", "KINDS", "NOT_REPRODUCED", "POWER", "REPRODUCED", "VERDICTS",
+    "CONSTANT", "CRITERIA", "ERROR", "FLOOR", "INCONCLUSIVE", "KINDS", "NOT_REPRODUCED", "POWER", "REPRODUCED",
+    "RULE_VERSION", "SUSPECT", "VERDICTS",
     "AtLeast", "AtMost", "Better", "Claim", "ClaimResult", "Criterion", "Exact", "Headline", "Judgement",
     "Profile", "RatioAtLeast", "SeedResult", "Within", "bounds", "check_seed_counts", "combine",
-    "criterion_from_dict", "decide", "judge_claim", "sweep_record",
+    "criterion_from_dict", "decide", "holm", "judge_claim", "judge_declared", "judge_headline", "primary_headlines",
+    "rejudge", "sweep_record",
 ]  # fmt: skip
 
 class Profile(str, enum.Enum):
@@ -100,12 +121,14 @@ class Headline:
     """One headline claim of the paper, mapped to the labels of the criteria that test it.
 
     Exactly one of ``criteria`` (labels of criteria or premises) and ``untested`` (the reason it is
-    not tested here) is given.
+    not tested here) is given. ``primary=True`` marks the paper's main empirical result: the claim's
+    verdict is its verdict (module docstring); a primary headline must be tested.
     """
 
     text: str
     criteria: tuple[str, ...] = ()
     untested: str = ""
+    primary: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.text, str) or not self.text.strip():
@@ -116,9 +139,13 @@ class Headline:
             raise ValueError(
                 f"headline {self.text!r}: give either criteria (labels) or an untested reason, not both or neither"
             )
+        if not isinstance(self.primary, bool):
+            raise TypeError(f"headline {self.text!r}: primary must be a bool, got {self.primary!r}")
+        if self.primary and self.untested:
+            raise ValueError(f"headline {self.text!r}: an untested headline cannot be primary")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"text": self.text, "criteria": list(self.criteria), "untested": self.untested}
+        return {"text": self.text, "criteria": list(self.criteria), "untested": self.untested, "primary": self.primary}
 
 
 def sweep_record(grid: Sequence[float], chosen: float) -> dict[str, Any]:
@@ -223,6 +250,11 @@ class Claim:
     display_names : dict
         ``arm -> name as the paper writes it`` (arm names themselves are snake_case); the report and
         plots print these. Arms without an entry print as they are.
+    diagnoses : dict
+        ``criterion label -> diagnosis`` (a path to the committed diagnosis, e.g. a test or note, and
+        what it found) for criteria screened as ``error-suspect`` (an arm at its floor on every seed).
+        Without one such a criterion keeps the claim inconclusive; with one it is judged as usual and
+        the report prints the diagnosis.
     """
 
     slug: str
@@ -245,6 +277,7 @@ class Claim:
     plot: Callable[[dict[str, Any], Any], list[Any]] | None = None
     glossary: dict[str, str] = field(default_factory=dict)
     display_names: dict[str, str] = field(default_factory=dict)
+    diagnoses: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for arm, name in self.display_names.items():
@@ -256,8 +289,10 @@ class Claim:
             for crit in crits:
                 if not isinstance(crit, Criterion):
                     raise TypeError(f"claim {self.slug!r}: {group} must be Criterion instances, got {crit!r}")
-        if not any(c.kind == "evidence" for c in self.criteria):
-            raise ValueError(f"claim {self.slug!r}: at least one criterion must be of kind 'evidence'")
+        if not any(c.deciding for c in self.criteria):
+            raise ValueError(
+                f"claim {self.slug!r}: at least one criterion must be of kind 'evidence' (or 'cost' with cost_decides)"
+            )
         for profile in Profile:
             if profile.value not in self.configs:
                 raise ValueError(f"claim {self.slug!r}: configs lacks profile {profile.value!r}")
@@ -283,11 +318,32 @@ class Claim:
                 )
         arms = set(self.arms)
         for crit in (*self.premises, *self.criteria):
-            unknown = [a for a in crit.arms_used(self.method) if a not in arms]
+            used = crit.arms_used(self.method)
+            unknown = [a for a in used if a not in arms]
             if unknown:
                 raise ValueError(
                     f"claim {self.slug!r}: criterion {crit.describe(self.method)!r} uses arms {unknown} "
                     f"that are not method, baselines or references"
+                )
+            if len(used) == 2 and used[0] == used[1]:
+                raise ValueError(
+                    f"claim {self.slug!r}: criterion {crit.label or crit.describe(self.method)!r} compares "
+                    f"{crit.metric!r} of arm {used[0]!r} with itself: it cannot fail"
+                )
+        crit_labels = {c.label for c in self.criteria if c.label}
+        if not isinstance(self.diagnoses, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) and v.strip() for k, v in self.diagnoses.items()
+        ):
+            raise ValueError(f"claim {self.slug!r}: diagnoses must map criterion labels to non-empty strings")
+        unknown_diag = sorted(set(self.diagnoses) - crit_labels)
+        if unknown_diag:
+            raise ValueError(f"claim {self.slug!r}: diagnoses name unknown criterion labels {unknown_diag}")
+        for head in self.headlines:
+            if head.primary and not any(
+                c.label in head.criteria and c.deciding for c in self.criteria
+            ):
+                raise ValueError(
+                    f"claim {self.slug!r}: primary headline {head.text!r} is tested by no evidence criterion"
                 )
         self._check_power()
 
@@ -343,81 +399,202 @@ def check_seed_counts(metrics: Mapping[str, Mapping[str, Sequence[float]]]) -> N
         raise ValueError(f"arms have unequal seed counts: {detail}")
 
 
-def _judge_one(crit: Criterion, index: int, prefix: str, metrics, method: str) -> dict[str, Any]:
+def _judge_one(
+    crit: Criterion, index: int, prefix: str, metrics, method: str, diagnoses: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """One judged entry; criteria (``diagnoses`` given) are also screened for floors, collapse and constants."""
     key = crit.label or f"{prefix}{index}"
+    entry: dict[str, Any] = {"key": key, "kind": crit.kind, "text": crit.describe(method), "data": crit.to_dict()}
+    reason = detail = ""
     try:
-        j = crit.judge(metrics, method)
-        return {
-            "key": key,
-            "kind": crit.kind,
-            "text": j.rule,
-            "data": crit.to_dict(),
-            "verdict": j.verdict,
-            "numbers": j.numbers,
-        }
+        if diagnoses is not None:
+            reason, detail = crit.screen(metrics, method)
+        try:
+            j = crit.judge(metrics, method)
+        except Exception:  # a floor tie may leave nothing to compute (a ratio to 0): the floor says why
+            if reason != FLOOR:
+                raise
+            j = Judgement(INCONCLUSIVE, crit.describe(method), {})
     except Exception as err:  # noqa: BLE001 - recorded, never hidden
-        return {
-            "key": key,
-            "kind": crit.kind,
-            "text": crit.describe(method),
-            "data": crit.to_dict(),
-            "verdict": ERROR,
-            "numbers": {},
-            "error": f"{type(err).__name__}: {err}",
-        }
+        return {**entry, "verdict": ERROR, "numbers": {}, "reason": "", "error": f"{type(err).__name__}: {err}"}
+    entry.update(text=j.rule, verdict=j.verdict, numbers=j.numbers, reason=reason)
+    if reason:
+        entry["reason_detail"] = detail
+        entry["stat_verdict"] = j.verdict
+        diagnosis = (diagnoses or {}).get(key, "")
+        if reason == SUSPECT and diagnosis:
+            entry["diagnosis"] = diagnosis  # judged as usual: the collapse is explained
+        else:
+            entry["verdict"] = INCONCLUSIVE
+    return entry
 
 
-def _slack(judged: dict[str, Any]) -> float:
+def primary_headlines(headlines: Sequence[Headline], deciding_keys: set[str]) -> list[int]:
+    """Indices of the primary headlines: the declared ones, else the first tested by a deciding criterion."""
+    declared = [i for i, h in enumerate(headlines) if h.primary]
+    if declared:
+        return declared
+    for i, head in enumerate(headlines):
+        if any(k in deciding_keys for k in head.criteria):
+            return [i]
+    return []
+
+
+def judge_declared(
+    method: str,
+    premises: Sequence[Criterion],
+    criteria: Sequence[Criterion],
+    headlines: Sequence[Headline],
+    metrics: Mapping[str, Mapping[str, Sequence[float]]],
+    diagnoses: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """:func:`judge_claim` on the declarations themselves (used to re-judge a stored result)."""
+    check_seed_counts(metrics)
+    diagnoses = dict(diagnoses or {})
+    premise_entries = [_judge_one(c, i, "p", metrics, method) for i, c in enumerate(premises)]
+    criteria_entries = [_judge_one(c, i, "c", metrics, method, diagnoses) for i, c in enumerate(criteria)]
+    judged = {e["key"]: e for e in (*premise_entries, *criteria_entries)}
+    premise_keys = [e["key"] for e in premise_entries]
+    deciding_keys = {e["key"] for e, c in zip(criteria_entries, criteria) if c.deciding}
+    heads = list(headlines)
+    primary = primary_headlines(heads, deciding_keys)
+    implicit = not primary
+    if implicit:  # no headline tested by evidence: one implicit headline naming every criterion
+        heads_for_verdict = [Headline("every criterion (no headline declared)", criteria=tuple(e["key"] for e in criteria_entries))]
+        primary_idx = [0]
+    else:
+        heads_for_verdict, primary_idx = heads, primary
+    head_entries = []
+    for i, head in enumerate(heads):
+        entry = head.to_dict()
+        entry["primary"] = (not implicit) and i in primary
+        entry["verdicts"] = {k: judged[k]["verdict"] if k in judged else ERROR for k in head.criteria}
+        if head.untested:
+            entry.update(status="untested", verdict="untested", reason="", deciding=None, holm={})
+        else:
+            h = judge_headline(head.criteria, judged, premise_keys)
+            entry.update(status=h["verdict"], **h)
+        head_entries.append(entry)
+    if implicit:
+        h = judge_headline(heads_for_verdict[0].criteria, judged, premise_keys)
+        primary_results = [h]
+    else:
+        primary_results = [head_entries[i] for i in primary_idx]
+
+    errors = [e for e in (*criteria_entries, *premise_entries) if e["verdict"] == ERROR]
+    failing_premises = [p for p in premise_entries if p["verdict"] != REPRODUCED]
+    suspects = [
+        e for e, c in zip(criteria_entries, criteria) if c.deciding and e.get("reason") == SUSPECT and not e.get("diagnosis")
+    ]
+    if errors:
+        verdict, reason, deciding = INCONCLUSIVE, ERROR, errors[0]["key"]
+    elif failing_premises:
+        verdict, reason, deciding = INCONCLUSIVE, "testbed", failing_premises[0]["key"]
+    elif suspects:
+        verdict, reason, deciding = INCONCLUSIVE, SUSPECT, suspects[0]["key"]
+    else:
+        refuted = [h for h in primary_results if h["verdict"] == NOT_REPRODUCED]
+        if refuted:
+            chosen = refuted[0]
+        elif all(h["verdict"] == REPRODUCED for h in primary_results):
+            chosen = min(primary_results, key=lambda h: _slack(judged.get(h["deciding"], {})))
+        else:
+            chosen = next(h for h in primary_results if h["verdict"] != REPRODUCED)
+        verdict, reason, deciding = chosen["verdict"], chosen["reason"], chosen["deciding"]
+    return {
+        "verdict": verdict,
+        "verdict_reason": reason,
+        "deciding": deciding,
+        "rule_version": RULE_VERSION,
+        "primary": [heads[i].text for i in primary] if not implicit else [],
+        "premises": premise_entries,
+        "criteria": criteria_entries,
+        "headlines": head_entries,
+        "implicit_headline": implicit and bool(criteria_entries),
+    }
+
+
+def _slack(judged: Mapping[str, Any]) -> float:
     value = judged.get("numbers", {}).get("slack_se", math.nan)
     return value if isinstance(value, (int, float)) and not math.isnan(value) else math.inf
 
 
 def judge_claim(claim: Claim, metrics: Mapping[str, Mapping[str, Sequence[float]]]) -> dict[str, Any]:
-    """Judge premises and criteria of ``claim`` on aggregated per-seed metrics.
+    """Judge premises, criteria and headlines of ``claim`` on aggregated per-seed metrics.
 
     Returns
     -------
     dict
-        ``verdict``, ``verdict_reason`` (``testbed``, ``error``, ``criteria``, ``spread`` or
-        ``evidence``), ``deciding`` (the key of the deciding criterion or premise), ``premises``,
-        ``criteria`` and ``headlines`` (each headline with the verdicts of its criteria).
+        ``verdict``, ``verdict_reason`` (``testbed``, ``error``, ``error-suspect``, ``criteria``,
+        ``spread``, ``evidence``, ``design``, ``testbed: floor`` or ``constant``), ``deciding`` (the key
+        of the deciding criterion or premise), ``rule_version``, ``primary`` (texts of the primary
+        headlines), ``premises``, ``criteria`` (each with ``reason`` and, when screened, ``stat_verdict``
+        and ``reason_detail``) and ``headlines`` (each with ``verdict``, ``reason``, ``deciding``,
+        ``holm``, ``primary`` and the verdicts of its criteria).
     """
-    check_seed_counts(metrics)
-    premises = [_judge_one(c, i, "p", metrics, claim.method) for i, c in enumerate(claim.premises)]
-    criteria = [_judge_one(c, i, "c", metrics, claim.method) for i, c in enumerate(claim.criteria)]
-    failing_premises = [p for p in premises if p["verdict"] != REPRODUCED]
-    errors = [c for c in criteria if c["verdict"] == ERROR] + [p for p in premises if p["verdict"] == ERROR]
-    if errors:
-        verdict, reason, deciding = INCONCLUSIVE, ERROR, errors[0]["key"]
-    elif failing_premises:
-        verdict, reason, deciding = INCONCLUSIVE, "testbed", failing_premises[0]["key"]
-    elif any(c["verdict"] == NOT_REPRODUCED for c in criteria):
-        failed = [c for c in criteria if c["verdict"] == NOT_REPRODUCED]
-        evidence = [c for c in failed if c["kind"] == "evidence"] or failed
-        verdict, reason, deciding = NOT_REPRODUCED, "criteria", min(evidence, key=_slack)["key"]
-    elif all(c["verdict"] == REPRODUCED for c in criteria):
-        evidence = [c for c in criteria if c["kind"] == "evidence"]
-        if evidence:
-            verdict, reason, deciding = REPRODUCED, "criteria", min(evidence, key=_slack)["key"]
-        else:
-            verdict, reason, deciding = INCONCLUSIVE, "evidence", criteria[0]["key"]
+    return judge_declared(claim.method, claim.premises, claim.criteria, claim.headlines, metrics, claim.diagnoses)
+
+
+_V3_FIELDS = ("kind", "floor", "sentinels", "cost_decides")
+
+
+def rejudge(result: Mapping[str, Any], claim: Claim | None = None) -> dict[str, Any]:
+    """``result`` (a stored result dict) judged again from its metrics by the current rule.
+
+    The comparisons are those the run recorded (type, metric, arms, margins); from the current claim
+    (``claim``, else the registry's, when it loads) come the classification fields of the same label
+    (kind, floor, sentinels, cost_decides), the headlines (when every label they name was recorded), the
+    primary headline and the diagnoses. The verdict the file recorded is kept under ``recorded``.
+    Results without recorded criteria (schema 1) are returned unchanged.
+    """
+    data = dict(result)
+    if not data.get("criteria") or not all("data" in c for c in data["criteria"]) or "metrics" not in data:
+        return data
+    if claim is None:
+        claim = _current_claim(str(data.get("slug", "")))
+    current = {c.label: c for c in (*claim.premises, *claim.criteria) if c.label} if claim else {}
+
+    def rebuild(entries: Sequence[Mapping[str, Any]]) -> list[Criterion]:
+        out = []
+        for entry in entries:
+            fields = dict(entry["data"])
+            now = current.get(fields.get("label", ""))
+            if now is not None:
+                fields.update({k: getattr(now, k) for k in _V3_FIELDS})
+            out.append(criterion_from_dict(fields))
+        return out
+
+    premises = rebuild(data.get("premises", []))
+    criteria = rebuild(data["criteria"])
+    keys = {c.label or f"c{i}" for i, c in enumerate(criteria)} | {c.label or f"p{i}" for i, c in enumerate(premises)}
+    if claim is not None and claim.headlines and all(set(h.criteria) <= keys for h in claim.headlines):
+        headlines = tuple(claim.headlines)
     else:
-        open_ = [c for c in criteria if c["verdict"] == INCONCLUSIVE]
-        verdict, reason, deciding = INCONCLUSIVE, "spread", min(open_, key=_slack)["key"]
-    by_key = {j["key"]: j["verdict"] for j in (*premises, *criteria)}
-    headlines = []
-    for head in claim.headlines:
-        entry = head.to_dict()
-        entry["verdicts"] = {k: by_key.get(k, ERROR) for k in head.criteria}
-        entry["status"] = "untested" if head.untested else combine(
-            [v if v != ERROR else INCONCLUSIVE for v in entry["verdicts"].values()]
+        headlines = tuple(
+            Headline(h["text"], criteria=tuple(h.get("criteria", ())), untested=h.get("untested", ""),
+                     primary=bool(h.get("primary", False)))  # fmt: skip
+            for h in data.get("headlines", [])
         )
-        headlines.append(entry)
-    return {
-        "verdict": verdict,
-        "verdict_reason": reason,
-        "deciding": deciding,
-        "premises": premises,
-        "criteria": criteria,
-        "headlines": headlines,
+    diagnoses = {k: v for k, v in (claim.diagnoses if claim else {}).items() if k in keys}
+    metrics = {
+        name: {arm: [float(v) for v in values] for arm, values in arms.items()}
+        for name, arms in data["metrics"].items()
     }
+    judged = judge_declared(data.get("method", ""), premises, criteria, headlines, metrics, diagnoses)
+    data["recorded"] = {
+        k: result.get(k) for k in ("verdict", "verdict_reason", "deciding")
+    } | {"rule_version": result.get("rule_version", 2)}
+    for entries in (judged["premises"], judged["criteria"]):
+        for entry in entries:
+            entry["numbers"] = {k: (str(v) if isinstance(v, float) and not math.isfinite(v) else v) for k, v in entry["numbers"].items()}
+    data.update(judged)
+    return data
+
+
+def _current_claim(slug: str) -> Claim | None:
+    try:
+        from neurips26.registry import load_claim
+
+        return load_claim(slug)
+    except Exception:  # noqa: BLE001 - an unknown or broken claim: judge with what the file recorded
+        return None

@@ -26,7 +26,45 @@ measured) is recorded as ``error`` with its message and makes the claim inconclu
 ``error``. Arms with unequal seed counts raise :class:`ValueError`.
 
 Every judgement reports ``n``, ``mean``, ``std``, ``lower_bound``, ``upper_bound`` and the minimal
-detectable effect at the seeds used, ``mde = (t_{conf,n-1} + t_{0.8,n-1}) s / sqrt(n)`` (80 % power).
+detectable effect at the seeds used, ``mde = (t_{conf,n-1} + t_{0.8,n-1}) s / sqrt(n)`` (80 % power),
+``effect`` (the point estimate on the larger-is-better scale minus the margin: its sign is the direction
+of the effect) and ``p_refute`` (the one-sided p-value of the refutation, used by Holm below).
+
+Kinds
+-----
+``evidence``: an empirical comparison that could go either way; decides its headline. ``design``: holds
+by construction, a bug check; a failed design check makes its headline inconclusive (reason ``design``),
+it never decides a verdict. ``cost``: speed or memory of our own CPU implementation; reported, never
+deciding, unless the criterion opts in with ``cost_decides="<why this cost is the paper's claim>"`` (the
+headline is about that cost and our code is the paper's algorithm at the paper's granularity).
+
+Floors, sentinels and constants (rule version 3, :func:`screen`)
+----------------------------------------------------------------
+For a comparison of two arms (``Better``, ``Within``, ``RatioAtLeast`` with a baseline):
+
+- ``testbed: floor``: on every seed both arms sit at the same floor, ceiling or sentinel value
+  (``0``, ``1``, ``+-inf``, NaN, the criterion's ``floor`` and its declared ``sentinels``, e.g. a step
+  horizon). The comparison cannot show anything: inconclusive.
+- ``error-suspect``: the judged arm sits exactly at the criterion's ``floor`` on every seed while the
+  baseline does not (``floor="auto"``: 0 when larger is better, ``+inf`` when smaller is better;
+  ``floor="none"`` declares that the metric has none). A collapsed arm is a bug suspect, not a finding:
+  inconclusive until the claim declares a diagnosis for the criterion (``Claim(diagnoses=...)``).
+- ``constant``: with at least two seeds both arms report one and the same constant (e.g. a config value
+  compared with itself): the criterion cannot fail, so it is inconclusive.
+
+Floor and error-suspect apply to evidence and cost criteria; ``constant`` to every kind.
+
+Headlines (:func:`judge_headline`)
+----------------------------------
+A headline is judged from the criteria that test it. Its deciding criteria are its evidence criteria
+(and cost criteria that opt in). *Reproduced* needs every one of them reproduced at its own level (an
+intersection-union test: no multiplicity correction is needed for "all hold") and every design check of
+the headline reproduced. *Not reproduced* needs a refutation that survives Holm's step-down correction
+over the headline's deciding criteria (family-wise error at each criterion's ``1 - confidence``): with
+``p_(1) <= ... <= p_(k)`` the refutation p-values, ``p_(i)`` is a refutation while every
+``p_(j) <= alpha / (k - j + 1)`` for ``j <= i``. Otherwise inconclusive, with the reason ``error``,
+``testbed`` (a premise the headline names), ``error-suspect``, ``design``, ``testbed: floor``,
+``constant``, ``evidence`` (nothing deciding) or ``spread``.
 """
 
 from __future__ import annotations
@@ -41,8 +79,13 @@ NOT_REPRODUCED = "not reproduced"
 INCONCLUSIVE = "inconclusive"
 ERROR = "error"
 VERDICTS = (REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE)
-KINDS = ("evidence", "design")
+KINDS = ("evidence", "design", "cost")
 POWER = 0.8
+RULE_VERSION = 3  # claims-v3: per-headline verdicts, Holm, cost, floors and constants
+FLOOR = "testbed: floor"
+SUSPECT = "error-suspect"
+CONSTANT = "constant"
+DEFAULT_SENTINELS = (0.0, 1.0, math.inf, -math.inf)
 
 
 def _t_quantile(confidence: float, dof: int) -> float:
@@ -113,13 +156,33 @@ def decide(
     numbers["slack_se"] = (
         gap / se if se > 0 and math.isfinite(se) else (math.copysign(math.inf, gap) if gap else 0.0)
     )
+    numbers["effect"] = numbers["mean"] - margin
     if len(values) < max(1, min_seeds) or math.isnan(lower) or math.isnan(upper):
-        return INCONCLUSIVE, numbers
-    if (lower > margin) if strict else (lower >= margin):
-        return REPRODUCED, numbers
-    if (upper <= margin) if strict else (upper < margin):
-        return NOT_REPRODUCED, numbers
-    return INCONCLUSIVE, numbers
+        verdict = INCONCLUSIVE
+    elif (lower > margin) if strict else (lower >= margin):
+        verdict = REPRODUCED
+    elif (upper <= margin) if strict else (upper < margin):
+        verdict = NOT_REPRODUCED
+    else:
+        verdict = INCONCLUSIVE
+    numbers["p_refute"] = _p_refute(verdict, numbers["mean"] - margin, se, len(values), min_seeds)
+    return verdict, numbers
+
+
+def _p_refute(verdict: str, gap: float, se: float, n: int, min_seeds: int) -> float:
+    """One-sided p-value of "the effect is at or below the margin" given estimate - margin = ``gap``.
+
+    ``P(T_{n-1} <= gap / se)``: small when the estimate lies far below the margin. Without a usable
+    spread (one seed, zero or infinite sd) the refutation is certain (0) exactly when the rule says not
+    reproduced, else impossible (1); with fewer than ``min_seeds`` seeds it is impossible (1).
+    """
+    if n < max(1, min_seeds) or math.isnan(gap):
+        return 1.0
+    if n > 1 and se > 0 and math.isfinite(se) and math.isfinite(gap):
+        from scipy.stats import t
+
+        return float(t.cdf(gap / se, n - 1))
+    return 0.0 if verdict == NOT_REPRODUCED else 1.0
 
 
 def _worst(value: float, higher_is_better: bool) -> float:
@@ -147,23 +210,50 @@ class Criterion:
         Names an entry of the result's ``metrics``.
     label : str, keyword-only
         Short identifier, unique within a claim; headlines refer to criteria by label.
-    kind : {"evidence", "design"}, keyword-only
+    kind : {"evidence", "design", "cost"}, keyword-only
         ``evidence``: an empirical comparison that could go either way. ``design``: holds by
-        construction and is checked for bugs.
+        construction and is checked for bugs. ``cost``: speed or memory of our own implementation,
+        reported but never deciding unless ``cost_decides`` gives the reason it may.
     arm : str, keyword-only, optional
         The arm judged; defaults to the claim's method.
+    floor : float or {"auto", "none"}, keyword-only
+        The metric's worst attainable value for the judged arm (module docstring, "Floors"): ``"auto"``
+        is 0 when larger is better and ``+inf`` when smaller is better; ``"none"``: the metric has none.
+    sentinels : tuple of float, keyword-only
+        Further values at which a tie of both arms says nothing (a step horizon, a "not reached" code),
+        besides 0, 1, +-inf, NaN and the floor.
+    cost_decides : str, keyword-only
+        Only for ``kind="cost"``: why this cost may decide its headline (the headline is about that cost
+        and our code is the paper's algorithm at the paper's granularity). Printed in the report.
     """
 
     metric: str
     label: str = field(default="", kw_only=True)
     kind: str = field(default="evidence", kw_only=True)
     arm: str | None = field(default=None, kw_only=True)
+    floor: float | str = field(default="auto", kw_only=True)
+    sentinels: tuple[float, ...] = field(default=(), kw_only=True)
+    cost_decides: str = field(default="", kw_only=True)
 
     def __post_init__(self) -> None:
         if not isinstance(self.metric, str) or not self.metric:
             raise ValueError(f"metric must be a non-empty string, got {self.metric!r}")
         if self.kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, got {self.kind!r}")
+        if isinstance(self.sentinels, (str, bytes)) or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in self.sentinels
+        ):
+            raise TypeError(f"sentinels must be a tuple of numbers, got {self.sentinels!r}")
+        object.__setattr__(self, "sentinels", tuple(float(v) for v in self.sentinels))
+        if isinstance(self.floor, str):
+            if self.floor not in ("auto", "none"):
+                raise ValueError(f"floor must be a number, 'auto' or 'none', got {self.floor!r}")
+        elif isinstance(self.floor, bool) or not isinstance(self.floor, (int, float)):
+            raise TypeError(f"floor must be a number, 'auto' or 'none', got {self.floor!r}")
+        if not isinstance(self.cost_decides, str):
+            raise TypeError(f"cost_decides must be a string (the reason), got {type(self.cost_decides).__name__}")
+        if self.cost_decides and self.kind != "cost":
+            raise ValueError(f"cost_decides is only for kind='cost' criteria, got kind {self.kind!r}")
         if not isinstance(self.label, str):
             raise TypeError(f"label must be a string, got {type(self.label).__name__}")
         value = getattr(self, "min_seeds", 1)
@@ -188,8 +278,52 @@ class Criterion:
         other = getattr(self, "baseline", None)
         return tuple(a for a in (self.arm or method, other) if a)
 
+    @property
+    def deciding(self) -> bool:
+        """Whether the criterion decides its headline: evidence, or cost that opts in with a reason."""
+        return self.kind == "evidence" or (self.kind == "cost" and bool(self.cost_decides))
+
+    @property
+    def larger_is_better(self) -> bool:
+        """The direction of the judged arm's metric (``Better(higher_is_better=False)`` and ``AtMost``: no)."""
+        return bool(getattr(self, "higher_is_better", getattr(self, "_higher", True)))
+
+    def floor_value(self) -> float | None:
+        """The declared floor; ``"auto"``: 0 when larger is better, ``+inf`` otherwise; ``"none"``: None."""
+        if self.floor == "none":
+            return None
+        if self.floor == "auto":
+            return 0.0 if self.larger_is_better else math.inf
+        return float(self.floor)
+
+    def screen(self, metrics: Mapping[str, Mapping[str, Sequence[float]]], method: str) -> tuple[str, str]:
+        """``(reason, detail)``: ``FLOOR``, ``SUSPECT``, ``CONSTANT`` or ``("", "")`` (module docstring).
+
+        Only comparisons of two arms are screened; single-arm criteria return ``("", "")``.
+        """
+        other = getattr(self, "baseline", None)
+        if not other:
+            return "", ""
+        arm = self.arm or method
+        m, b = self._pair(metrics, method, other)
+        if not m:
+            return "", ""
+        if self.kind != "design":
+            floor = self.floor_value()
+            stops = {*DEFAULT_SENTINELS, *self.sentinels, *(() if floor is None else (floor,))}
+            if all(_same(x, y) and (math.isnan(x) or x in stops) for x, y in zip(m, b)):
+                values = sorted({_fmt(x) for x in m})
+                return FLOOR, f"{arm} and {other} both sit at {', '.join(values)} on every seed"
+            if floor is not None and all(x == floor for x in m) and not all(y == floor for y in b):
+                return SUSPECT, f"{arm} is exactly at the floor {_fmt(floor)} on every seed while {other} is not"
+        if len(m) >= 2 and all(_same(x, y) for x, y in zip(m, b)) and len({_fmt(x) for x in m}) == 1:
+            return CONSTANT, f"{arm} and {other} report the same constant {_fmt(m[0])} on every seed: cannot fail"
+        return "", ""
+
     def to_dict(self) -> dict[str, Any]:
-        return {"type": type(self).__name__, **asdict(self)}
+        data = {"type": type(self).__name__, **asdict(self)}
+        data["sentinels"] = list(self.sentinels)  # as JSON reads it back
+        return data
 
     def _arm(self, metrics: Mapping[str, Mapping[str, Sequence[float]]], arm: str) -> list[float]:
         if self.metric not in metrics:
@@ -214,6 +348,14 @@ class Criterion:
                 f"{self.metric}: arm {self.arm or method!r} has {len(m)} seeds, {baseline!r} has {len(b)}"
             )
         return m, b
+
+
+def _same(x: float, y: float) -> bool:
+    return x == y or (math.isnan(x) and math.isnan(y))
+
+
+def _fmt(x: float) -> str:
+    return f"{x:g}"
 
 
 def _arm_stats(prefix: str, values: Sequence[float]) -> dict[str, float]:
@@ -407,6 +549,10 @@ class Within(Criterion):
             verdict = NOT_REPRODUCED
         else:
             verdict = INCONCLUSIVE
+        gap = abs(numbers["mean"]) if n else math.nan
+        numbers["effect"] = self.tolerance - gap
+        # refutation: |d| > tolerance, i.e. P(T >= (|m| - tol) / se) = P(T <= (tol - |m|) / se)
+        numbers["p_refute"] = _p_refute(verdict, self.tolerance - gap, se, n, self.min_seeds)
         return Judgement(verdict, self.describe(method), numbers)
 
     def describe(self, method):
@@ -433,6 +579,8 @@ class Exact(Criterion):
             "max": max(values, default=math.nan),
             "expected": self.expected,
             "slack_se": math.inf if ok else -math.inf,
+            "effect": 1.0 if ok else (-1.0 if values else math.nan),
+            "p_refute": 0.0 if verdict == NOT_REPRODUCED else 1.0,
         }
         return Judgement(verdict, self.describe(method), numbers)
 
@@ -463,3 +611,97 @@ def combine(verdicts: Sequence[str]) -> str:
     if all(v == REPRODUCED for v in verdicts):
         return REPRODUCED
     return INCONCLUSIVE
+
+
+def _decides(entry: Mapping[str, Any]) -> bool:
+    """Whether a judged entry decides its headline: evidence, or cost that opts in with a reason."""
+    kind = entry.get("kind", "evidence")
+    return kind == "evidence" or (kind == "cost" and bool((entry.get("data") or {}).get("cost_decides")))
+
+
+def _number(entry: Mapping[str, Any], name: str, default: float) -> float:
+    value = (entry.get("numbers") or {}).get(name, default)
+    try:
+        value = float(value)  # strict JSON writes inf/nan as text
+    except (TypeError, ValueError):
+        return default
+    return default if math.isnan(value) else value
+
+
+def _slack(entry: Mapping[str, Any]) -> float:
+    return _number(entry, "slack_se", math.inf)
+
+
+def holm(entries: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Holm's step-down correction over the refutation p-values of ``entries`` (one headline's family).
+
+    Returns ``{key: {"p_refute", "threshold", "refuted"}}``: sorted by p, the i-th (from 0) of ``k`` is
+    compared with ``alpha / (k - i)`` (``alpha = 1 - confidence`` of that criterion) and the procedure stops
+    at the first p above its threshold. A criterion whose own verdict is not "not reproduced" (including one
+    screened out as a floor, constant or error-suspect) counts with p = 1.
+    """
+    def p_of(entry: Mapping[str, Any]) -> float:  # a criterion not refuted on its own (or screened out): 1
+        return _number(entry, "p_refute", 1.0) if entry.get("verdict") == NOT_REPRODUCED else 1.0
+
+    ranked = sorted(entries, key=lambda e: (p_of(e), str(e["key"])))
+    k, out, going = len(ranked), {}, True
+    for i, entry in enumerate(ranked):
+        p = p_of(entry)
+        alpha = 1.0 - float((entry.get("data") or {}).get("confidence", 0.9))
+        threshold = alpha / (k - i)
+        going = going and p <= threshold
+        out[entry["key"]] = {
+            "p_refute": p,
+            "threshold": threshold,
+            "refuted": going,
+        }
+    return out
+
+
+def judge_headline(
+    keys: Sequence[str], judged: Mapping[str, Mapping[str, Any]], premises: Sequence[str] = ()
+) -> dict[str, Any]:
+    """The verdict of one headline from the judged entries it names (module docstring, "Headlines").
+
+    ``judged`` maps keys to judged criterion and premise entries (``{key, kind, verdict, numbers, data,
+    reason, diagnosis, error}``); ``premises`` lists which keys are premises. Returns ``verdict``,
+    ``reason``, ``deciding`` (a key) and ``holm`` (:func:`holm` over the deciding criteria).
+    """
+    named = [judged[k] for k in keys if k in judged]
+    prem = [e for e in named if e["key"] in premises]
+    crits = [e for e in named if e["key"] not in premises]
+    evidence = [e for e in crits if _decides(e)]
+    design = [e for e in crits if e.get("kind") == "design"]
+    family = holm(evidence)
+
+    def out(verdict: str, reason: str, deciding: Mapping[str, Any] | None) -> dict[str, Any]:
+        return {"verdict": verdict, "reason": reason, "deciding": deciding["key"] if deciding else None, "holm": family}
+
+    missing = [k for k in keys if k not in judged]
+    errors = [e for e in named if e.get("verdict") == ERROR]
+    if missing or errors:
+        return out(INCONCLUSIVE, ERROR, errors[0] if errors else None)
+    failing = [e for e in prem if e.get("verdict") != REPRODUCED]
+    if failing:
+        return out(INCONCLUSIVE, "testbed", failing[0])
+    if not evidence:
+        return out(INCONCLUSIVE, "evidence", (crits or prem or [None])[0])
+    suspects = [e for e in evidence if e.get("reason") == SUSPECT and not e.get("diagnosis")]
+    if suspects:
+        return out(INCONCLUSIVE, SUSPECT, suspects[0])
+    broken = [e for e in design if e.get("verdict") == NOT_REPRODUCED]
+    if broken:
+        return out(INCONCLUSIVE, "design", broken[0])
+    refuted = [e for e in evidence if family[e["key"]]["refuted"]]
+    if refuted:
+        return out(NOT_REPRODUCED, "criteria", min(refuted, key=lambda e: (_number(e, "p_refute", 1.0), _slack(e))))
+    if all(e.get("verdict") == REPRODUCED for e in (*evidence, *design)):
+        return out(REPRODUCED, "criteria", min(evidence, key=_slack))
+    for reason in (FLOOR, CONSTANT):
+        flagged = [e for e in (*evidence, *design) if e.get("reason") == reason]
+        if flagged:
+            return out(INCONCLUSIVE, reason, flagged[0])
+    open_ = [e for e in evidence if e.get("verdict") != REPRODUCED] or [
+        e for e in design if e.get("verdict") != REPRODUCED
+    ]
+    return out(INCONCLUSIVE, "spread", min(open_, key=_slack))

@@ -32,9 +32,10 @@ config is discarded, never mixed into a result.
 
 from __future__ import annotations
 
+import ast
 import datetime as _dt
+import functools
 import hashlib
-import importlib.util
 import json
 import math
 import os
@@ -47,7 +48,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from neurips26.claims.base import Claim, Profile, SeedResult, judge_claim
+from neurips26.claims.base import Claim, Profile, SeedResult, judge_claim, rejudge
 from neurips26.common.cache import atomic_write_text, hit_build_seconds, reset_build_clock
 
 SCHEMA_VERSION = 2
@@ -125,36 +126,196 @@ def capture_env() -> dict[str, Any]:
     }
 
 
-def _source_files(module: str) -> list[Path]:
+SRC_ROOT = Path(__file__).resolve().parents[2]  # the folder holding the neurips26 package
+# Harness modules: they run, report or register claims but compute no metric, so they are not hashed
+# (the decision rule, claims/criteria.py, is hashed explicitly; a stored result is re-judged on load).
+HARNESS = frozenset(
+    {
+        "neurips26",
+        "neurips26.__main__",
+        "neurips26.cli",
+        "neurips26.readme",
+        "neurips26.registry",
+        "neurips26.claims",
+        "neurips26.claims.base",
+        "neurips26.claims.runner",
+        "neurips26.claims.report",
+        "neurips26.claims.plotting",
+    }
+)
+RULE_MODULE = "neurips26.claims.criteria"
+
+
+def _module_file(name: str, root: Path) -> Path | None:
+    """The source file of module ``name`` under ``root`` (a package's ``__init__.py``), or None."""
+    base = root.joinpath(*name.split("."))
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.is_file():
+            return path
+    return None
+
+
+def _is_package(name: str, root: Path) -> bool:
+    return (root.joinpath(*name.split(".")) / "__init__.py").is_file()
+
+
+@functools.cache
+def _defined_names(package: str, root: Path) -> dict[str, str]:
+    """``{top-level name: defining module}`` for every module under a package (for lazy area exports)."""
+    out: dict[str, str] = {}
+    folder = root.joinpath(*package.split("."))
+    for path in sorted(folder.rglob("*.py")):
+        rel = path.relative_to(root).with_suffix("")
+        mod = ".".join(rel.parts[:-1] if rel.name == "__init__" else rel.parts)
+        try:
+            tree = ast.parse(path.read_text(), filename=str(path))
+        except (OSError, SyntaxError, UnicodeDecodeError):
+            continue
+        for node in tree.body:
+            names: list[str] = []
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names = [node.name]
+            elif isinstance(node, ast.Assign):
+                names = [t.id for t in node.targets if isinstance(t, ast.Name)]
+            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                names = [node.target.id]
+            for n in names:
+                out.setdefault(n, mod)
+    return out
+
+
+@functools.cache
+def _bound_names(package: str, root: Path) -> frozenset[str]:
+    """Names a package's ``__init__`` binds at top level itself (definitions, assignments, imports)."""
+    path = _module_file(package, root)
+    names: set[str] = set()
+    if path is None:
+        return frozenset()
+    for node in ast.parse(path.read_text(), filename=str(path)).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, ast.Assign):
+            for target in node.targets:
+                elts = target.elts if isinstance(target, ast.Tuple) else [target]
+                names.update(t.id for t in elts if isinstance(t, ast.Name))
+    return frozenset(names)
+
+
+def _imported_modules(path: Path, module: str | None, root: Path) -> set[str]:
+    """``neurips26`` modules a source file imports anywhere (module level or inside functions).
+
+    ``from pkg import name`` counts ``pkg.name`` when that is a module, else ``pkg`` and, for a package
+    whose ``__init__`` defines nothing by that name (lazy area exports), the module under ``pkg`` that
+    defines ``name``. Relative imports are resolved against ``module``.
+    """
+    tree = ast.parse(path.read_text(), filename=str(path))
+    is_pkg = path.name == "__init__.py"
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.split(".")[0] == "neurips26")
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                if module is None:
+                    continue
+                parts = module.split(".") if is_pkg else module.split(".")[:-1]
+                parts = parts[: len(parts) - (node.level - 1)] if node.level > 1 else parts
+                base = ".".join(parts + ([node.module] if node.module else []))
+            else:
+                base = node.module or ""
+            if base.split(".")[0] != "neurips26":
+                continue
+            found.add(base)
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                if _module_file(sub, root) is not None:
+                    found.add(sub)
+                elif alias.name != "*" and _is_package(base, root) and alias.name not in _bound_names(base, root):
+                    owner = _defined_names(base, root).get(alias.name)  # a lazy export of an area
+                    if owner:
+                        found.add(owner)
+    return found
+
+
+@functools.cache
+def module_closure(start: tuple[str, ...], root: Path = SRC_ROOT) -> tuple[Path, ...]:
+    """Source files of the ``neurips26`` modules ``start`` imports, transitively, plus the decision rule.
+
+    Follows imports statically (:mod:`ast`, no import is executed), through the parent packages of every
+    module, skipping the harness modules (``HARNESS``: runner, report, plotting, registry, CLI); a claim
+    package contributes every file it holds. Always includes ``claims/criteria.py``. Deterministic and
+    cached per process: the files' contents are read by :func:`claim_hash` on every call.
+    """
+    seen: set[str] = set()
+    files: set[Path] = set()
+    todo = [*start, RULE_MODULE]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        parts = name.split(".")
+        todo += [".".join(parts[:i]) for i in range(2, len(parts))]  # parent packages run on import
+        if name in HARNESS and name != RULE_MODULE:
+            continue
+        path = _module_file(name, root)
+        if path is None:
+            continue
+        files.add(path)
+        if path.name == "__init__.py" and name.startswith("neurips26.claims."):
+            for extra in sorted(path.parent.rglob("*.py")):  # every file of a claim package
+                rel = extra.relative_to(root).with_suffix("")
+                todo.append(".".join(rel.parts[:-1] if rel.name == "__init__" else rel.parts))
+        todo += sorted(_imported_modules(path, name, root))
+    return tuple(sorted(files))
+
+
+def _module_of(path: Path, root: Path) -> str | None:
     try:
-        spec = importlib.util.find_spec(module)
-    except (ImportError, ValueError):
-        return []
-    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
-        return []
-    origin = Path(spec.origin)
-    if origin.name == "__init__.py":
-        return sorted(origin.parent.rglob("*.py"))
-    return [origin]
+        rel = Path(path).resolve().relative_to(root).with_suffix("")
+    except ValueError:
+        return None
+    return ".".join(rel.parts[:-1] if rel.name == "__init__" else rel.parts)
 
 
-def claim_hash(claim: Claim) -> str:
-    """SHA-256 (16 hex digits) of the claim module's and the method module's source."""
+def claim_modules(claim: Claim, root: Path = SRC_ROOT) -> tuple[str, ...]:
+    """Where a claim's code starts: the module of its ``run``, its claim module and its method module.
+
+    A ``run`` defined outside the package (a test's toy claim) contributes the ``neurips26`` modules its
+    file imports.
+    """
     import inspect
 
     from neurips26.registry import method_info
 
-    files: list[Path] = []
+    start: set[str] = set()
     try:
-        files.append(Path(inspect.getsourcefile(claim.run) or ""))
+        source = Path(inspect.getsourcefile(claim.run) or "")
     except TypeError:
-        pass
+        source = None
+    if source is not None and source.is_file():
+        module = _module_of(source, root)
+        if module is not None:
+            start.add(module)
+        else:
+            start.update(_imported_modules(source, None, root))
     info = method_info(claim.slug)
     if info is not None:
-        files += _source_files(info.module)
+        start.update({info.module, info.claim_module})
+    return tuple(sorted(start))
+
+
+def claim_hash(claim: Claim, root: Path = SRC_ROOT) -> str:
+    """SHA-256 (16 hex digits) of every source file in the claim's :func:`module_closure`.
+
+    Each file contributes its path relative to ``root`` and its bytes, in sorted order.
+    """
     digest = hashlib.sha256()
-    for path in sorted({p for p in files if p.is_file()}):
-        digest.update(path.name.encode())
+    for path in module_closure(claim_modules(claim, root), root):
+        digest.update(path.relative_to(root).as_posix().encode())
+        digest.update(b"\0")
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 
@@ -352,13 +513,18 @@ def aggregate(
         "data": claim.data,
         "glossary": claim.glossary,
         "display_names": dict(claim.display_names),
-        "command": f"neurips26 check {claim.slug} --profile {profile.value} --force",
+        "command": rerun_command(claim.slug, profile, seeds),
     }
     data["warnings"] = _warnings(data)
     for judged_list in (data["premises"], data["criteria"]):
         for entry in judged_list:
             entry["numbers"] = {k: _finite_or_text(v) for k, v in entry["numbers"].items()}
     return data
+
+
+def rerun_command(slug: str, profile: Profile, seeds: Sequence[int]) -> str:
+    """The command that regenerates a result exactly: profile and seeds (always given explicitly)."""
+    return f"neurips26 check {slug} --profile {profile.value} --force --seeds {','.join(str(s) for s in seeds)}"
 
 
 def _finite_or_text(value: Any) -> Any:
@@ -414,7 +580,7 @@ def run_claim(
     if existing is not None:
         same = all(existing.get("provenance", {}).get(k) == v for k, v in hashes.items())
         if existing.get("seeds") == list(seeds) and existing.get("schema") == SCHEMA_VERSION and same:
-            return existing
+            return rejudge(existing, claim)  # the stored metrics, judged by the current rule
     per_seed: dict[int, dict] = {}
     walls: dict[int, float] = {}
     colds: dict[int, float] = {}
