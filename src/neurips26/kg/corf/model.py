@@ -78,7 +78,8 @@ class NBFNetLite(nn.Module):
     Shapes:
         - **input:** edge_index ``[2, E]``, edge_type ``[E]``, queries ``[B, 2]`` (local head id,
           relation), in_degree ``[n]``
-        - **output:** scores ``[B, n]``
+        - **output:** scores ``[B, n]`` in the dtype of the model's parameters (``.double()`` gives
+          float64 scores; every state tensor is created in that dtype)
     """
 
     def __init__(
@@ -129,7 +130,7 @@ class NBFNetLite(nn.Module):
         b = queries.shape[0]
         deg = in_degree if in_degree is not None else _in_degree(edge_index, num_nodes)
         w = self.query(queries[:, 1])  # [B, d]
-        boundary = torch.zeros(b, num_nodes, self.hidden)
+        boundary = torch.zeros(b, num_nodes, self.hidden, dtype=w.dtype, device=w.device)  # the model's dtype
         boundary[torch.arange(b), queries[:, 0]] = w
         masks = None
         if self.progressive:
@@ -157,7 +158,7 @@ class NBFNetLite(nn.Module):
         """
         n = node_query.numel()
         w = self.query(relations)  # [Q, d]
-        boundary = torch.zeros(1, n, self.hidden)
+        boundary = torch.zeros(1, n, self.hidden, dtype=w.dtype, device=w.device)
         boundary[0, heads] = w
         masks = None
         if self.progressive:

@@ -12,8 +12,12 @@ from neurips26.common.graphs import check_edge_index
 
 
 def _transpose_adjacency(edge_index: Tensor, num_nodes: int) -> Tensor:
-    """Sparse CSR ``A^T`` with ``A^T[v, u] = 1`` for every edge ``u -> v`` (duplicates summed)."""
-    values = torch.ones(edge_index.shape[1])
+    """Sparse CSR ``A^T`` with ``A^T[v, u] = 1`` for every edge ``u -> v`` (duplicates summed).
+
+    float32 whatever torch's default dtype: the reach sets read only whether a sum of ones is
+    positive, which every floating dtype decides exactly.
+    """
+    values = torch.ones(edge_index.shape[1], dtype=torch.float32)
     with warnings.catch_warnings():  # torch's "sparse CSR is beta" / invariant-check notices
         warnings.simplefilter("ignore", UserWarning)
         adj = torch.sparse_coo_tensor(edge_index.flip(0), values, (num_nodes, num_nodes)).coalesce()
@@ -37,7 +41,8 @@ def hop_reach(
     num_nodes : int
         Number of nodes.
     adjacency_t : Tensor, optional
-        Precomputed sparse ``A^T`` (see ``_transpose_adjacency``).
+        Precomputed sparse ``A^T`` (see ``_transpose_adjacency``) of any floating dtype; the hop
+        products run in its dtype (only positivity is read, so the sets do not depend on it).
 
     Returns
     -------
@@ -48,10 +53,10 @@ def hop_reach(
     adj_t = _transpose_adjacency(edge_index, num_nodes) if adjacency_t is None else adjacency_t
     reach = sources.bool()
     out = [reach]
-    x = reach.t().to(torch.float32)  # [n, S]
+    x = reach.t().to(adj_t.dtype)  # [n, S], in the adjacency's dtype (sparse @ dense needs one dtype)
     for _ in range(num_hops):
         x = ((adj_t @ x) + x) > 0
-        x = x.to(torch.float32)
+        x = x.to(adj_t.dtype)
         out.append(x.t().bool())
     return out
 

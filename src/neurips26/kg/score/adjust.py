@@ -65,10 +65,14 @@ def complex_cosine(embeddings: Tensor, ids: Tensor) -> Tensor:
     """``[P, N]`` cosine of entity ``ids`` to every entity: :math:`\\mathrm{Re}\\langle E_p, \\bar E_e\\rangle / (\\|E_p\\| \\|E_e\\|)`.
 
     Complex embeddings use the real part of the Hermitian product (equal to the real cosine of the
-    stacked real and imaginary parts); real embeddings use the plain cosine.
+    stacked real and imaginary parts); real embeddings use the plain cosine. The result has the
+    embeddings' real dtype (float64 for float64 or complex128 input); integer embeddings are
+    computed in torch's default dtype.
     """
     e = torch.view_as_real(embeddings).flatten(1) if embeddings.is_complex() else embeddings
-    e = torch.nn.functional.normalize(e.float(), dim=1)
+    if not e.is_floating_point():
+        e = e.to(torch.get_default_dtype())
+    e = torch.nn.functional.normalize(e, dim=1)
     return (e[ids] @ e.t()).clamp(-1.0, 1.0)
 
 

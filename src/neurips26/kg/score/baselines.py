@@ -25,8 +25,9 @@ class CosineReranker:
 
     def __call__(self, scores: Tensor, pref_sim: Tensor, labels: Tensor) -> Tensor:
         labels = torch.as_tensor(labels)
-        pos = pref_sim[labels == 1].mean(0) if (labels == 1).any() else torch.zeros(scores.shape[-1])
-        neg = pref_sim[labels == 0].mean(0) if (labels == 0).any() else torch.zeros(scores.shape[-1])
+        zero = torch.zeros(scores.shape[-1], dtype=pref_sim.dtype)
+        pos = pref_sim[labels == 1].mean(0) if (labels == 1).any() else zero
+        neg = pref_sim[labels == 0].mean(0) if (labels == 0).any() else zero
         bonus = (1 + self.beta) / 2 * pos - (1 - self.beta) / 2 * neg
         return self.alpha * scores + (1 - self.alpha) * bonus
 
@@ -88,8 +89,9 @@ class NQRLite(torch.nn.Module):
         """``[N, D + 3]`` features of every entity."""
         labels = torch.as_tensor(labels)
         n = scores.shape[-1]
-        pos = pref_sim[labels == 1].mean(0) if (labels == 1).any() else torch.zeros(n)
-        neg = pref_sim[labels == 0].mean(0) if (labels == 0).any() else torch.zeros(n)
+        zero = torch.zeros(n, dtype=pref_sim.dtype)
+        pos = pref_sim[labels == 1].mean(0) if (labels == 1).any() else zero
+        neg = pref_sim[labels == 0].mean(0) if (labels == 0).any() else zero
         base = torch.logit(scores.clamp(eps, 1 - eps)) / 10.0
         return torch.cat([torch.stack([base, pos, neg], 1), embeddings], 1)
 

@@ -40,7 +40,12 @@ def distributed_session_scores(
     ready = dist.is_available() and dist.is_initialized()
     rank = dist.get_rank(group) if ready else 0
     world = dist.get_world_size(group) if ready else 1
-    out = torch.zeros(len(sessions), executor.adjacency.num_entities)
+    dtype = executor.adjacency.dtype  # the executor's dtype, promoted with SCORE's similarity dtype
+    if score is not None:
+        emb = score.embeddings
+        emb_dtype = emb.real.dtype if emb.is_complex() else emb.dtype
+        dtype = torch.promote_types(dtype, emb_dtype if emb_dtype.is_floating_point else dtype)
+    out = torch.zeros(len(sessions), executor.adjacency.num_entities, dtype=dtype)
     for i in range(rank, len(sessions), world):
         s = sessions[i]
         if score is None:

@@ -33,6 +33,18 @@ class FuzzyAdjacency:
     def num_relations(self) -> int:
         return len(self.rows)
 
+    @property
+    def dtype(self) -> torch.dtype:
+        """The truth values' floating dtype, promoted over relations (torch's default dtype when there are
+        none or they are not floating).
+
+        :class:`QTOExecutor` runs its fuzzy sets in this dtype.
+        """
+        if not self.values:
+            return torch.get_default_dtype()
+        dtype = functools.reduce(torch.promote_types, (v.dtype for v in self.values))
+        return dtype if dtype.is_floating_point else torch.get_default_dtype()
+
     @classmethod
     def from_edges(cls, edges: dict[int, Tensor], num_entities: int, num_relations: int) -> FuzzyAdjacency:
         """Observed edges only, each with truth 1 (symbolic execution). ``edges[r]`` is ``[2, E_r]``."""
@@ -58,7 +70,8 @@ class FuzzyAdjacency:
 
         Row ``h``: softmax over tails times ``max(1, out-degree of h under r)``, clipped to 0.9999,
         entries below ``threshold`` dropped, observed training edges set to exactly 1. ``fraction``
-        splits the heads into blocks to bound memory (the result does not depend on it).
+        splits the heads into blocks to bound memory (the result does not depend on it). The truth
+        values keep the scorer's floating dtype (integer scores are taken in torch's default dtype).
         """
         check_float("threshold", threshold, 0.0, 1.0)
         check_int("fraction", fraction, low=1)
@@ -67,12 +80,15 @@ class FuzzyAdjacency:
         block = math.ceil(n / fraction)
         for r in range(num_relations):
             e = train_edges.get(r, torch.zeros(2, 0, dtype=torch.long))
-            deg = torch.bincount(e[0], minlength=n).clamp(min=1).to(torch.float32)
+            deg = torch.bincount(e[0], minlength=n).clamp(min=1)
             rr, cc, vv = [], [], []
             for s in range(0, n, block):
                 heads = torch.arange(s, min(s + block, n))
                 with torch.no_grad():
-                    p = torch.softmax(scorer(heads, r).float(), dim=-1) * deg[heads].unsqueeze(1)
+                    logits = scorer(heads, r)
+                    if not logits.is_floating_point():
+                        logits = logits.to(torch.get_default_dtype())
+                    p = torch.softmax(logits, dim=-1) * deg[heads].unsqueeze(1).to(logits.dtype)
                 p = p.clamp(max=0.9999)
                 obs = e[:, (e[0] >= s) & (e[0] < s + block)]
                 p[obs[0] - s, obs[1]] = 1.0
@@ -151,8 +167,10 @@ class QTOExecutor(torch.nn.Module):
             raise ValueError(f"variable index {bad[0]} invalid; valid positions are 0..{v_count - 1}")
         a_it, r_it = iter(anchors.tolist()), iter(relations.tolist())
 
+        dtype = self.adjacency.dtype
+
         def anchor():
-            v = torch.zeros(n)
+            v = torch.zeros(n, dtype=dtype)
             v[next(a_it)] = 1.0
             return v
 
