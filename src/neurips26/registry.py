@@ -703,38 +703,53 @@ def implemented_slugs() -> list[str]:
 def area_exports(package: str):
     """Lazy top-level exports for an area package: ``from neurips26.inference import ADKVCache``.
 
-    Returns ``(__getattr__, __dir__, __all__)`` for the area's ``__init__`` (PEP 562). The names are
-    the registry's components of every method of the area whose module exists, plus anything in such
-    a module's ``__all__``; a module is imported only when one of its names is first used, so importing
-    the area stays light.
+    Returns ``(__getattr__, __dir__, __all__)`` for the area's ``__init__`` (PEP 562). ``__all__`` holds
+    the registry's components of every method of the area whose module exists; any name in the
+    ``__all__`` of a module anywhere under the area (e.g. ``neurips26.federated.fedrevive.flower``'s
+    ``AsyncFedAvg``) is importable too and listed by ``dir()``. The module defining each name is found
+    without importing anything (:func:`neurips26.common.exports.export_index` reads the files), and the
+    first use of a name imports that module only: an optional dependency another module of the area
+    needs (gymnasium for ``rl/aiql/env.py``) is not imported for an unrelated name.
     """
     area = package.rsplit(".", 1)[-1]
     if area not in AREAS:
         raise ValueError(f"package must be one of neurips26.<area> with area in {AREAS}, got {package!r}")
-    import pkgutil
     import sys
 
-    modules = [m.module for m in METHODS if m.area == area and _module_exists(m.module)]
-    known = {c: m.module for m in METHODS if m.area == area and m.module in modules for c in m.components}
+    methods = [m for m in METHODS if m.area == area and _module_exists(m.module)]
+    components = sorted({c for m in methods for c in m.components})
     path = getattr(sys.modules.get(package), "__path__", None)
-    if path is not None:  # shared modules of the area (e.g. editing.editors) are searched too
-        modules += [
-            f"{package}.{info.name}"
-            for info in pkgutil.iter_modules(path)
-            if not info.name.startswith("_") and f"{package}.{info.name}" not in modules
-        ]
+
+    @cache
+    def _index() -> tuple[dict[str, str], tuple[str, ...]]:
+        """``({name: defining module}, dynamic modules)``, read from the files on first use."""
+        from neurips26.common.exports import export_index
+
+        index, dynamic = export_index(package, path[0], tuple(m.module for m in methods)) if path else ({}, [])
+        for m in methods:
+            for c in m.components:  # the registry's module, or the submodule of it that defines the name
+                found = index.get(c, "")
+                index[c] = found if found == m.module or found.startswith(m.module + ".") else m.module
+        return index, tuple(dynamic)
 
     def __getattr__(name: str):
-        if name in known:
-            return getattr(importlib.import_module(known[name]), name)
+        names, dynamic = _index()
+        if name in names:
+            return getattr(importlib.import_module(names[name]), name)
+        missing = []
         if not name.startswith("_"):
-            for module_name in modules:
-                module = importlib.import_module(module_name)
+            for module_name in dynamic:  # a module whose __all__ is not a literal: import to look
+                try:
+                    module = importlib.import_module(module_name)
+                except ImportError as err:
+                    missing.append(f"{module_name} (not importable: {err})")
+                    continue
                 if name in getattr(module, "__all__", ()):
                     return getattr(module, name)
-        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        unsearched = f"; not searched: {', '.join(missing)}" if missing else ""
+        raise AttributeError(f"module {package!r} has no attribute {name!r}{unsearched}")
 
     def __dir__() -> list[str]:
-        return sorted(known)
+        return sorted(_index()[0])
 
-    return __getattr__, __dir__, sorted(known)
+    return __getattr__, __dir__, components
