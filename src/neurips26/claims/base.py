@@ -289,9 +289,10 @@ class Claim:
             for crit in crits:
                 if not isinstance(crit, Criterion):
                     raise TypeError(f"claim {self.slug!r}: {group} must be Criterion instances, got {crit!r}")
-        if not any(c.deciding for c in self.criteria):
+        if not any(c.kind in ("evidence", "cost") for c in self.criteria):
             raise ValueError(
-                f"claim {self.slug!r}: at least one criterion must be of kind 'evidence' (or 'cost' with cost_decides)"
+                f"claim {self.slug!r}: at least one criterion must be of kind 'evidence' (or 'cost': a claim whose "
+                "only comparisons are costs of our code is reported as inconclusive (evidence))"
             )
         for profile in Profile:
             if profile.value not in self.configs:

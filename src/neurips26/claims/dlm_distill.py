@@ -350,6 +350,7 @@ CLAIM = Claim(
             "Distilling Dream-7B into a 93M student lowers Qwen-2.5 perplexity from 25.23 (FKL baseline) to 19.83 "
             "while preserving zero-shot accuracy",
             criteria=("beats_fkl", "beats_denoise"),
+            primary=True,  # the method against its baselines: the claim's first clause
         ),
         Headline(
             "Zero-shot accuracy is preserved at the 7B -> 93M scale",

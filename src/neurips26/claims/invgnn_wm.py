@@ -379,6 +379,7 @@ CLAIM = Claim(
         Headline(
             "higher watermark accuracy than trigger-based baselines (across datasets and backbones)",
             criteria=("margin_vs_backdoor_finetune", "margin_vs_backdoor_prune"),
+            primary=True,  # the comparison with the baselines; matched clean accuracy is a side condition
         ),
         Headline(
             "higher watermark accuracy than explanation- and compression-based baselines",
