@@ -341,3 +341,177 @@ def test_criterion_arguments_are_validated():
         Within("acc", baseline="b", tolerance=-1.0)
     with pytest.raises(ValueError, match="grid must not be empty"):
         sweep_record([], 1.0)
+
+
+# ------------------------------------------------------------------ claims-v3: headlines, Holm, floors, cost
+def _v3(criteria, headlines=(), premises=(), baselines=("b", "c"), **kw):
+    return Claim("x", "c", "a", baselines, criteria, _noop, CONFIGS, premises=premises, headlines=headlines, **kw)
+
+
+def test_holm_step_down_on_hand_computed_p_values():
+    """n = 2 seeds: t has 1 dof (Cauchy), so p = 1/2 + atan(t)/pi is exact by hand.
+
+    Differences a - b = [-0.9, -1.1]: t = -10, p = 0.5 - atan(10)/pi = 0.031726; a - c = [-1.0, -1.5]:
+    t = -5, p = 0.5 - atan(5)/pi = 0.062833. Both are "not reproduced" on their own (p <= 0.1).
+    Holm with k = 2: 0.031726 <= 0.1/2 refutes, then 0.062833 <= 0.1/1 refutes too.
+    """
+    vs_b, vs_c = Better("acc", baseline="b", label="vs_b"), Better("acc", baseline="c", label="vs_c")
+    metrics = {"acc": {"a": [0.5, 0.5], "b": [1.4, 1.6], "c": [1.5, 2.0]}}
+    judged = judge_claim(_v3((vs_b, vs_c), (Headline("h", criteria=("vs_b", "vs_c")),)), metrics)
+    p_b = 0.5 + math.atan(-10) / math.pi
+    p_c = 0.5 + math.atan(-5) / math.pi
+    assert [c["verdict"] for c in judged["criteria"]] == [NOT_REPRODUCED, NOT_REPRODUCED]
+    holm = judged["headlines"][0]["holm"]
+    assert holm["vs_b"]["p_refute"] == pytest.approx(p_b, abs=1e-9) and holm["vs_b"]["threshold"] == pytest.approx(0.05)
+    assert holm["vs_c"]["p_refute"] == pytest.approx(p_c, abs=1e-9) and holm["vs_c"]["threshold"] == pytest.approx(0.1)
+    assert holm["vs_b"]["refuted"] and holm["vs_c"]["refuted"]
+    assert (judged["verdict"], judged["verdict_reason"], judged["deciding"]) == (NOT_REPRODUCED, "criteria", "vs_b")
+
+
+def test_holm_keeps_two_marginal_refutations_inconclusive():
+    """Both comparisons at p = 0.062833 (t = -5): each alone is "not reproduced", but the smaller of the two
+    must clear 0.1/2 = 0.05 under Holm and does not, so the step-down stops: the headline is inconclusive."""
+    vs_b, vs_c = Better("acc", baseline="b", label="vs_b"), Better("acc", baseline="c", label="vs_c")
+    metrics = {"acc": {"a": [0.5, 0.5], "b": [1.5, 2.0], "c": [1.5, 2.0]}}
+    judged = judge_claim(_v3((vs_b, vs_c), (Headline("h", criteria=("vs_b", "vs_c")),)), metrics)
+    assert [c["verdict"] for c in judged["criteria"]] == [NOT_REPRODUCED, NOT_REPRODUCED]
+    assert not any(v["refuted"] for v in judged["headlines"][0]["holm"].values())
+    assert (judged["verdict"], judged["verdict_reason"]) == (INCONCLUSIVE, "spread")
+    alone = judge_claim(_v3((vs_b,), (Headline("h", criteria=("vs_b",)),)), metrics)  # k = 1: 0.0628 <= 0.1
+    assert alone["verdict"] == NOT_REPRODUCED
+
+
+def test_the_primary_headline_decides_and_secondary_headlines_keep_their_own_verdicts():
+    win, lose = Better("acc", baseline="b", label="win"), Better("acc", baseline="c", label="lose")
+    metrics = {"acc": {"a": [0.9, 0.91, 0.92], "b": [0.5, 0.52, 0.5], "c": [0.95, 0.97, 0.99]}}
+    heads = (Headline("main", criteria=("win",)), Headline("side", criteria=("lose",)))
+    judged = judge_claim(_v3((win, lose), heads), metrics)  # default primary: the first tested headline
+    assert (judged["verdict"], judged["deciding"], judged["primary"]) == (REPRODUCED, "win", ["main"])
+    assert [h["verdict"] for h in judged["headlines"]] == [REPRODUCED, NOT_REPRODUCED]
+    assert [h["primary"] for h in judged["headlines"]] == [True, False]
+    heads = (Headline("main", criteria=("win",)), Headline("side", criteria=("lose",), primary=True))
+    judged = judge_claim(_v3((win, lose), heads), metrics)
+    assert (judged["verdict"], judged["deciding"], judged["primary"]) == (NOT_REPRODUCED, "lose", ["side"])
+    both = (Headline("main", criteria=("win",), primary=True), Headline("side", criteria=("lose",), primary=True))
+    assert judge_claim(_v3((win, lose), both), metrics)["verdict"] == NOT_REPRODUCED
+    with pytest.raises(ValueError, match="untested headline cannot be primary"):
+        Headline("h", untested="why", primary=True)
+    with pytest.raises(ValueError, match="no evidence criterion"):
+        _v3((win, Exact("flag", label="d")), (Headline("h", criteria=("d",), primary=True),))
+
+
+def test_default_primary_skips_headlines_without_evidence():
+    design, win = Exact("flag", label="identity"), Better("acc", baseline="b", label="win")
+    metrics = {"acc": {"a": [0.9, 0.91, 0.92], "b": [0.5, 0.52, 0.5], "c": [0.1] * 3}, "flag": {"a": [0.0] * 3}}
+    heads = (Headline("exact", criteria=("identity",)), Headline("beats b", criteria=("win",)))
+    judged = judge_claim(_v3((design, win), heads), metrics)
+    assert judged["primary"] == ["beats b"] and judged["verdict"] == REPRODUCED
+    assert (judged["headlines"][0]["verdict"], judged["headlines"][0]["reason"]) == (INCONCLUSIVE, "evidence")
+
+
+def test_a_failed_design_check_makes_its_headline_inconclusive_never_not_reproduced():
+    design, win = Exact("flag", label="identity"), Better("acc", baseline="b", label="win")
+    metrics = {"acc": {"a": [0.9, 0.91, 0.92], "b": [0.5, 0.52, 0.5], "c": [0.1] * 3}, "flag": {"a": [1.0, 0.0, 1.0]}}
+    judged = judge_claim(_v3((design, win), (Headline("h", criteria=("win", "identity")),)), metrics)
+    assert judged["criteria"][0]["verdict"] == NOT_REPRODUCED
+    assert (judged["verdict"], judged["verdict_reason"], judged["deciding"]) == (INCONCLUSIVE, "design", "identity")
+
+
+def test_cost_never_decides_unless_it_opts_in_with_a_reason():
+    win = Better("acc", baseline="b", label="win")
+    slow = AtMost("step_ratio", threshold=1.0, kind="cost", label="slow")
+    metrics = {"acc": {"a": [0.9, 0.91, 0.92], "b": [0.5, 0.52, 0.5], "c": [0.1] * 3}, "step_ratio": {"a": [2.0, 2.1, 2.2]}}
+    head = (Headline("h", criteria=("win", "slow")),)
+    judged = judge_claim(_v3((win, slow), head), metrics)
+    assert judged["criteria"][1]["verdict"] == NOT_REPRODUCED and judged["criteria"][1]["kind"] == "cost"
+    assert (judged["verdict"], judged["deciding"]) == (REPRODUCED, "win")
+    opted = AtMost("step_ratio", threshold=1.0, kind="cost", label="slow", cost_decides="the headline is our kernel's")
+    judged = judge_claim(_v3((win, opted), head), metrics)
+    assert (judged["verdict"], judged["deciding"]) == (NOT_REPRODUCED, "slow")
+    only_cost = judge_claim(_v3((slow,), (Headline("h", criteria=("slow",)),)), metrics)
+    assert (only_cost["verdict"], only_cost["verdict_reason"]) == (INCONCLUSIVE, "evidence")
+    with pytest.raises(ValueError, match="only for kind='cost'"):
+        AtMost("step_ratio", threshold=1.0, cost_decides="why")
+    with pytest.raises(ValueError, match="kind must be one of"):
+        AtMost("step_ratio", threshold=1.0, kind="speed")
+
+
+def test_a_tie_at_a_floor_or_sentinel_on_every_seed_is_inconclusive_testbed_floor():
+    tie = Better("acc", baseline="b", label="tie")
+    judged = judge_claim(_v3((tie,)), {"acc": {"a": [0.0, 0.0, 0.0], "b": [0.0, 0.0, 0.0], "c": [0.3] * 3}})
+    entry = judged["criteria"][0]
+    assert (entry["verdict"], entry["stat_verdict"], entry["reason"]) == (INCONCLUSIVE, NOT_REPRODUCED, "testbed: floor")
+    assert (judged["verdict"], judged["verdict_reason"], judged["deciding"]) == (INCONCLUSIVE, "testbed: floor", "tie")
+    ceiling = judge_claim(_v3((tie,)), {"acc": {"a": [1.0, 1.0], "b": [1.0, 1.0], "c": [0.3] * 2}})
+    assert ceiling["verdict_reason"] == "testbed: floor"
+    # a step horizon is a sentinel only where declared; otherwise the tie is a constant that cannot fail
+    steps = {"steps": {"a": [320.0] * 3, "b": [320.0] * 3, "c": [1.0] * 3}}
+    horizon = Better("steps", baseline="b", higher_is_better=False, sentinels=(320,), label="tie")
+    assert judge_claim(_v3((horizon,)), steps)["verdict_reason"] == "testbed: floor"
+    plain = Better("steps", baseline="b", higher_is_better=False, label="tie")
+    assert judge_claim(_v3((plain,)), steps)["verdict_reason"] == "constant"
+    # a ratio of two zeros is a floor tie, not an error
+    ratio = RatioAtLeast("acc", baseline="b", ratio=1.0, label="tie")
+    assert judge_claim(_v3((ratio,)), {"acc": {"a": [0.0] * 2, "b": [0.0] * 2, "c": [1.0] * 2}})["verdict_reason"] == "testbed: floor"
+    # ties on some seeds only are ordinary numbers
+    some = judge_claim(_v3((tie,)), {"acc": {"a": [0.0, 0.5, 0.6], "b": [0.0, 0.1, 0.1], "c": [0.3] * 3}})
+    assert some["criteria"][0]["reason"] == ""
+
+
+def test_a_method_arm_at_its_floor_is_error_suspect_until_a_diagnosis_is_declared():
+    collapse = Within("acc", baseline="b", tolerance=0.05, label="matches_b")
+    metrics = {"acc": {"a": [0.0, 0.0, 0.0], "b": [0.47, 0.59, 0.47], "c": [0.9] * 3}}
+    judged = judge_claim(_v3((collapse,)), metrics)
+    entry = judged["criteria"][0]
+    assert (entry["verdict"], entry["stat_verdict"], entry["reason"]) == (INCONCLUSIVE, NOT_REPRODUCED, "error-suspect")
+    assert (judged["verdict"], judged["verdict_reason"], judged["deciding"]) == (INCONCLUSIVE, "error-suspect", "matches_b")
+    # a collapse in a secondary headline still holds the claim: the arm is suspect everywhere
+    win = Better("acc", baseline="c", margin=-1.0, label="win")
+    heads = (Headline("main", criteria=("win",)), Headline("side", criteria=("matches_b",)))
+    assert judge_claim(_v3((win, collapse), heads), metrics)["verdict_reason"] == "error-suspect"
+    diagnosed = _v3((collapse,), diagnoses={"matches_b": "tests/x.py: the quantiser's scale underflows"})
+    judged = judge_claim(diagnosed, metrics)
+    assert judged["criteria"][0]["diagnosis"].startswith("tests/x.py")
+    assert (judged["verdict"], judged["deciding"]) == (NOT_REPRODUCED, "matches_b")
+    # lower is better: the floor is +inf (never reached); "none" declares that the metric has no floor
+    never = Better("steps", baseline="b", higher_is_better=False, label="never")
+    inf = {"steps": {"a": [math.inf] * 3, "b": [10.0, 12.0, 11.0], "c": [1.0] * 3}}
+    assert judge_claim(_v3((never,)), inf)["verdict_reason"] == "error-suspect"
+    free = Within("acc", baseline="b", tolerance=0.05, floor="none", label="matches_b")
+    assert judge_claim(_v3((free,)), metrics)["verdict"] == NOT_REPRODUCED
+    with pytest.raises(ValueError, match="unknown criterion labels"):
+        _v3((collapse,), diagnoses={"nope": "x"})
+
+
+def test_a_criterion_comparing_an_arm_with_itself_is_rejected_and_equal_constants_are_flagged():
+    with pytest.raises(ValueError, match="with itself"):
+        _v3((Better("acc", baseline="b", arm="b", label="self"),))
+    bits = Within("bits", baseline="b", tolerance=0.1, kind="design", label="bits_matched")
+    win = Better("acc", baseline="b", label="win")
+    metrics = {"acc": {"a": [0.9, 0.91, 0.92], "b": [0.5, 0.52, 0.5], "c": [0.1] * 3}, "bits": {"a": [2.0] * 3, "b": [2.0] * 3}}
+    judged = judge_claim(_v3((win, bits), (Headline("h", criteria=("win", "bits_matched")),)), metrics)
+    assert judged["criteria"][1]["reason"] == "constant" and judged["criteria"][1]["stat_verdict"] == REPRODUCED
+    assert (judged["verdict"], judged["verdict_reason"]) == (INCONCLUSIVE, "constant")
+    one_seed = {k: {a: v[:1] for a, v in arms.items()} for k, arms in metrics.items()}
+    assert judge_claim(_v3((win, bits)), one_seed)["criteria"][1]["reason"] == ""  # one seed proves nothing
+
+
+def test_rejudge_recomputes_a_stored_result_by_the_current_rule():
+    from neurips26.claims.base import RULE_VERSION, rejudge
+
+    win, lose = Better("acc", baseline="b", label="win"), Better("acc", baseline="c", label="lose")
+    metrics = {"acc": {"a": [0.9, 0.91, 0.92], "b": [0.5, 0.52, 0.5], "c": [0.95, 0.97, 0.99]}}
+    heads = (Headline("main", criteria=("win",)), Headline("side", criteria=("lose",)))
+    stored = {  # as an older rule wrote it: any failing criterion refuted the claim
+        "slug": "x", "method": "a", "metrics": metrics, "verdict": NOT_REPRODUCED, "verdict_reason": "criteria",
+        "deciding": "lose", "premises": [],
+        "criteria": [{"key": c.label, "kind": "evidence", "data": {k: v for k, v in c.to_dict().items() if k not in ("floor", "sentinels", "cost_decides")}} for c in (win, lose)],
+        "headlines": [{"text": h.text, "criteria": list(h.criteria), "untested": ""} for h in heads],
+    }  # fmt: skip
+    again = rejudge(stored, claim=None)
+    assert (again["verdict"], again["deciding"], again["rule_version"]) == (REPRODUCED, "win", RULE_VERSION)
+    assert again["recorded"] == {"verdict": NOT_REPRODUCED, "verdict_reason": "criteria", "deciding": "lose", "rule_version": 2}
+    # the current claim's declarations (kind, primary headline) apply to the recorded comparisons
+    current = _v3((win, Better("acc", baseline="c", label="lose", kind="cost")), heads)
+    assert rejudge(stored, claim=current)["headlines"][1]["verdict"] == INCONCLUSIVE
+    assert rejudge({"slug": "x", "verdict": "reproduced"}) == {"slug": "x", "verdict": "reproduced"}  # schema 1

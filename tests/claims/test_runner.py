@@ -232,3 +232,92 @@ def test_git_dirty_flag_ignores_written_results(tmp_path):
     assert _git_commit(tmp_path)["dirty"] is False
     (tmp_path / "code.py").write_text("x = 2\n")
     assert _git_commit(tmp_path)["dirty"] is True
+
+
+# ------------------------------------------------------------------------------ claims-v3: hash, command
+def _tree(root, files):
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+def _digest(files, root):
+    import hashlib
+
+    h = hashlib.sha256()
+    for path in files:
+        h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()
+
+
+def test_module_closure_follows_claim_area_common_and_other_claims_and_adds_the_rule(tmp_path):
+    from neurips26.claims.runner import module_closure
+
+    _tree(
+        tmp_path,
+        {
+            "neurips26/__init__.py": "",
+            "neurips26/registry.py": "import neurips26.common.unused\n",  # harness: neither hashed nor followed
+            "neurips26/claims/__init__.py": "from neurips26.claims.base import Claim\n",
+            "neurips26/claims/base.py": "from neurips26.claims.criteria import X\n",
+            "neurips26/claims/criteria.py": "X = 1\n",
+            "neurips26/claims/other.py": "from neurips26.common import helper\n",
+            "neurips26/claims/foo/__init__.py": "from .world import w\nfrom neurips26.claims.base import Claim\n",
+            "neurips26/claims/foo/world.py": (
+                "def w():\n    from neurips26.area import Lazy\n    from neurips26.claims.other import y\n"
+            ),
+            "neurips26/claims/foo/extra.py": "",
+            "neurips26/area/__init__.py": "from neurips26.registry import area_exports\n",
+            "neurips26/area/lazy.py": "from ..common.bar import f\nclass Lazy: ...\n",
+            "neurips26/area/unrelated.py": "",
+            "neurips26/common/__init__.py": "",
+            "neurips26/common/bar.py": "def f(): return 1\n",
+            "neurips26/common/helper.py": "",
+            "neurips26/common/unused.py": "",
+        },
+    )
+    files = module_closure(("neurips26.claims.foo",), tmp_path)
+    rel = sorted(p.relative_to(tmp_path / "neurips26").as_posix() for p in files)
+    assert rel == [
+        "area/__init__.py", "area/lazy.py", "claims/criteria.py", "claims/foo/__init__.py", "claims/foo/extra.py",
+        "claims/foo/world.py", "claims/other.py", "common/__init__.py", "common/bar.py", "common/helper.py",
+    ]  # fmt: skip
+    before = _digest(files, tmp_path)
+    (tmp_path / "neurips26/common/bar.py").write_text("def f(): return 2\n")  # a common/ module it imports
+    assert _digest(module_closure(("neurips26.claims.foo",), tmp_path), tmp_path) != before
+    (tmp_path / "neurips26/common/bar.py").write_text("def f(): return 1\n")
+    (tmp_path / "neurips26/common/unused.py").write_text("changed = True\n")  # not imported: no change
+    (tmp_path / "neurips26/claims/base.py").write_text("# harness\nfrom neurips26.claims.criteria import X\n")
+    assert _digest(module_closure(("neurips26.claims.foo",), tmp_path), tmp_path) == before
+
+
+def test_claim_hash_covers_imported_claims_common_and_the_rule():
+    from neurips26.claims.runner import SRC_ROOT, claim_hash, claim_modules, module_closure
+    from neurips26.registry import load_claim
+
+    claim = load_claim("aem")  # runs rewardflow's code through neurips26.claims.rewardflow
+    rel = {p.relative_to(SRC_ROOT / "neurips26").as_posix() for p in module_closure(claim_modules(claim))}
+    assert {"claims/aem.py", "claims/rewardflow.py", "claims/criteria.py", "common/checks.py"} <= rel
+    assert not rel & {"claims/base.py", "claims/runner.py", "claims/report.py", "registry.py"}
+    assert claim_hash(claim) == claim_hash(claim) and len(claim_hash(claim)) == 16
+
+
+def test_recorded_command_regenerates_the_result_with_its_seeds(tmp_path):
+    from neurips26.cli import build_parser
+
+    data = run_claim(make_claim(), "smoke", seeds=(2, 0), out=tmp_path)
+    assert data["command"] == "neurips26 check toy --profile smoke --force --seeds 2,0"
+    args = build_parser().parse_args(data["command"].split()[1:])
+    assert (args.slugs, args.profile, args.force, args.seeds) == (["toy"], "smoke", True, "2,0")
+
+
+def test_a_reused_result_is_rejudged_by_the_current_rule(tmp_path):
+    data = run_claim(make_claim(), "smoke", out=tmp_path)
+    path = tmp_path / "smoke" / "toy.json"
+    stored = json.loads(path.read_text())
+    stored.update(verdict="not reproduced", verdict_reason="criteria", rule_version=2)  # an older rule's verdict
+    path.write_text(json.dumps(stored))
+    again = run_claim(make_claim(), "smoke", out=tmp_path)
+    assert again["verdict"] == data["verdict"] == "reproduced" and again["rule_version"] == 3
+    assert again["recorded"]["verdict"] == "not reproduced"
