@@ -7,7 +7,7 @@ RULER_LENGTHS ?= 512,1024,2048
 RULER_N ?= 20
 STAMP := $(VENV)/.installed
 
-.PHONY: setup test reproduce full report ruler bench lint clean
+.PHONY: setup test test-fast test-unit test-claims test-integration test-avx2 reproduce full report ruler bench lint clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -25,8 +25,33 @@ $(STAMP): $(BIN)/python pyproject.toml
 
 setup: $(STAMP)
 
+# Tests come in three tiers (markers set in tests/conftest.py): unit (fast, no claim run), claims (smoke runs
+# and conformance), integration (Ray, Flower simulation, gloo, process pools, SmolLM2/Gemma). `make test` runs
+# all three in one session and prints the 25 slowest tests; `slow` tests stay out of every target.
+PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider --durations=25
+# The AVX2 kernels an AVX2-only CPU (e.g. AMD EPYC) runs, forced on a machine with AVX-512.
+AVX2 := ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2
+# $(call tier,ENV,MARKEXPR): pytest on the tests MARKEXPR selects. pytest's exit 5 (nothing selected) is a
+# failure with its own message: a tier that selects no test means the markers broke.
+tier = $(1) $(PYTEST) -m '$(2)'; rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "make: -m '$(2)' selected no test (pytest exit 5)"; fi; exit $$rc
+
 test: setup
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	@$(call tier,,not slow)
+
+test-fast test-unit: setup
+	@$(call tier,,unit and not slow)
+
+test-claims: setup
+	@$(call tier,,claims and not slow)
+
+test-integration: setup
+	@$(call tier,,integration and not slow)
+
+# The unit tier again on torch's AVX2 kernels (MKL and oneDNN capped at AVX2); fails if torch ignores it.
+test-avx2: setup
+	$(AVX2) $(BIN)/python -c "import sys, torch; c = torch.backends.cpu.get_cpu_capability(); print('torch CPU capability:', c); sys.exit(c != 'AVX2')"
+	@$(call tier,$(AVX2),unit and not slow)
 
 reproduce: setup
 	$(BIN)/neurips26 check --all --profile $(PROFILE)

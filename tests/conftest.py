@@ -5,10 +5,14 @@ derandomised (the same examples on every run, so CI cannot fail by chance; set
 
 from __future__ import annotations
 
+import ast
 import copy
 import json
 import os
+import re
+import sys
 import tempfile
+import textwrap
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -108,3 +112,122 @@ def smoke_rerun() -> Callable[[str], dict[str, Any]]:
         return json.loads(json.dumps(result.to_dict(), default=_json_default))
 
     return lambda slug: _run_once(done, slug, lambda: run(slug))
+
+
+# ------------------------------------------------------------------------------------------- tiers
+# Every test gets exactly one tier marker (issue 33 item 3), assigned here at collection:
+#   unit         fast, no claim run                      `make test-fast` (-m 'unit and not slow')
+#   claims       claim smoke runs and conformance         tests/claims/**, the smoke_result/smoke_rerun fixtures
+#   integration  Ray, Flower simulation, gloo process groups, process pools, SmolLM2/Gemma
+# An explicit @pytest.mark.unit/claims/integration on a test (or its module/class) wins. Otherwise a test
+# is integration when its own source, the module-level helpers and strings it names, or the fixtures it
+# requests match _INTEGRATION (a process group, a pool of processes, Ray, a Flower simulation, a
+# pretrained SmolLM2/Gemma); then claims by path or fixture; everything else is unit. The `slow` marker is
+# independent of the tier: `-m 'not slow'` still leaves those out of every tier.
+TIERS = ("unit", "claims", "integration")
+_CLAIM_FIXTURES = frozenset({"smoke_result", "smoke_rerun"})
+_INTEGRATION = re.compile(
+    r"""init_process_group | \bgloo\b | mp\.spawn | torch\.multiprocessing | multiprocessing\.(?:Pool|Process)
+    | ProcessPoolExecutor | start_method\s*=\s*(?:FORK|'fork'|'spawn') | map_spans\(
+    | \bray\.init | import\ ray | executor\s*=\s*'ray' | run_simulation | start_simulation | flwr\.simulation
+    | 'simulation'
+    | load_pretrained\(""",
+    re.X,
+)
+# Fixtures whose use makes a test integration although their code names none of the above.
+_INTEGRATION_FIXTURES = {
+    "smol_runs": "the SmolLM2 + LoRA arm of AMARIS end to end (LoRA specialist training, cache round trip)",
+}
+_TESTS = Path(__file__).parent
+
+
+def _sources(fn: Any, module: Any, depth: int = 1) -> Iterator[str]:
+    """The source of ``fn``, and (``depth`` levels) of the module-level functions and strings it names."""
+    import inspect
+    import types
+
+    fn = inspect.unwrap(fn)
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    except (OSError, TypeError, SyntaxError):
+        return
+    for node in ast.walk(tree):  # docstrings and comments do not count: only the code
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr):
+            if isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+                body[0] = ast.Pass()
+    yield ast.unparse(tree)
+    if depth <= 0 or not isinstance(fn, types.FunctionType):
+        return
+    names, stack = set(), [fn.__code__]
+    while stack:  # names used by the function and by the functions/lambdas nested in it
+        code = stack.pop()
+        names.update(code.co_names)
+        stack.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
+    glob = getattr(module, "__dict__", {})
+    for name in sorted(names):
+        value = glob.get(name)
+        if isinstance(value, str):
+            yield value
+        elif isinstance(value, types.FunctionType) and value.__module__ == getattr(module, "__name__", None):
+            yield from _sources(value, module, depth - 1)
+
+
+def _integration_reason(item: pytest.Item, cache: dict) -> str | None:
+    fn = getattr(item, "function", None)
+    if fn is None:
+        return None
+    found = []
+    fixturedefs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+    for name, defs in sorted(fixturedefs.items()):
+        if name in _INTEGRATION_FIXTURES:
+            return f"fixture {name}: {_INTEGRATION_FIXTURES[name]}"
+        if name in _CLAIM_FIXTURES or not defs:
+            continue
+        func = defs[-1].func
+        found.append((func, sys.modules.get(func.__module__)))
+    found.append((fn, getattr(item, "module", None)))
+    for func, module in found:
+        key = id(func)
+        if key not in cache:
+            cache[key] = next(
+                (
+                    f"uses {m.group(0)!r}"
+                    for s in _sources(func, module)
+                    for m in [_INTEGRATION.search(s)]
+                    if m
+                ),
+                None,
+            )
+        if cache[key]:
+            return cache[key]
+    return None
+
+
+def tier_of(item: pytest.Item, cache: dict | None = None) -> tuple[str, str]:
+    """``(tier, why)`` of a collected test (see the comment above ``TIERS``)."""
+    explicit = {m.name for m in item.iter_markers() if m.name in TIERS}
+    if len(explicit) > 1:
+        raise pytest.UsageError(f"{item.nodeid} has several tier markers: {sorted(explicit)}")
+    if explicit:
+        return explicit.pop(), "explicit marker"
+    why = _integration_reason(item, {} if cache is None else cache)
+    if why:
+        return "integration", why
+    path = Path(str(item.path))
+    if _TESTS / "claims" in path.parents:
+        return "claims", "in tests/claims"
+    if _CLAIM_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return "claims", "runs a claim's smoke profile"
+    return "unit", "default"
+
+
+def pytest_collection_modifyitems(config, items):
+    cache: dict = {}
+    for item in items:
+        tier, why = tier_of(item, cache)
+        if not any(m.name == tier for m in item.iter_markers()):
+            item.add_marker(getattr(pytest.mark, tier)(reason=why))
+    untiered = [i.nodeid for i in items if len({m.name for m in i.iter_markers()} & set(TIERS)) != 1]
+    if untiered:  # the collection check: every test has exactly one tier
+        raise pytest.UsageError(f"tests without exactly one tier marker: {untiered[:5]}")
