@@ -5,7 +5,17 @@ import numpy as np
 import pytest
 import torch
 
-from neurips26.claims.radomni import ARMS, CLAIM, OBJECTIVES, PROBES, _encoder, _features, _schedule
+from neurips26.claims.radomni import (
+    ABLATION_METRICS,
+    ARMS,
+    CLAIM,
+    OBJECTIVES,
+    PROBES,
+    _encoder,
+    _features,
+    _run,
+    _schedule,
+)
 
 
 def test_smoke_structure_and_budget(smoke_result):
@@ -56,3 +66,47 @@ def test_probe_features(pool):
     ref = z.flatten(1) if pool == "tokens" else z.mean(1)
     assert f.shape == tuple(ref.shape)
     assert np.allclose(f, ref.numpy(), atol=1e-6)
+
+
+def test_judged_run_uses_the_timm_encoder(smoke_result):
+    """Every profile's judged arms (and the CECT teacher) are built on timm's VisionTransformer; the
+    transformers ViT only feeds the info-only transformers_<metric> ablation."""
+    from timm.models.vision_transformer import Block
+
+    for profile, cfg in CLAIM.configs.items():
+        assert cfg["encoder"] == "timm", profile
+        assert "timm" not in cfg.get("ablation_encoders", ()), profile
+        enc = _encoder(cfg, 0)
+        assert enc.backend == "timm" and all(isinstance(b, Block) for b in enc.blocks), profile
+    assert CLAIM.configs["full"]["ablation_encoders"] == ("transformers",)
+    assert "ablation_encoders" not in CLAIM.configs["quick"]  # the quick budget (60 s) has no room for it
+    info = smoke_result("radomni")["info"][0]
+    assert info["encoder"]["backend"] == "timm"
+    assert info["encoder"]["block_class"] == "timm.models.vision_transformer.Block"
+    ab = info["ablation"]["transformers"]
+    assert ab["encoder"]["backend"] == "transformers"
+    assert ab["encoder"]["block_class"].startswith("transformers.")
+    # same steps, batch, lr and objective evaluations per arm; only the parameter count differs
+    same = {arm: {**rec, "encoder_params": ab["encoder"]["params"]} for arm, rec in info["budget"].items()}
+    assert ab["budget"] == same
+    assert ab["encoder"]["params"] != info["encoder"]["params"]  # the unused class token of transformers
+
+
+def test_ablation_metrics_are_info_only(smoke_result):
+    a = smoke_result("radomni")
+    judged = {c["data"]["metric"] for c in (*a["premises"], *a["criteria"])}
+    for m in ABLATION_METRICS:
+        key = f"transformers_{m}"
+        assert set(a["metrics"][key]) == set(a["metrics"][m]), key
+        assert key not in judged
+    assert any(
+        a["metrics"][f"transformers_{m}"][arm] != a["metrics"][m][arm] for m in PROBES for arm in ARMS
+    )  # a different encoder, not a copy of the judged numbers
+
+
+def test_bad_encoder_config_raises():
+    cfg = CLAIM.configs["smoke"]
+    with pytest.raises(ValueError, match="distinct members"):
+        _run({**cfg, "encoder": "vit"}, 0)
+    with pytest.raises(ValueError, match="distinct members"):
+        _run({**cfg, "ablation_encoders": ("timm",)}, 0)

