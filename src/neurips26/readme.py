@@ -3,7 +3,6 @@ table (the committed ``neurips26 bench`` results against issue 22's targets)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from neurips26.registry import METHODS, status
@@ -17,30 +16,36 @@ PERF_END = "<!-- performance:end -->"
 
 
 def _verdicts(results_dir: Path) -> dict[str, str]:
-    verdicts = {}
-    for path in sorted(Path(results_dir).glob("*.json")):
-        try:
-            data = json.loads(path.read_text())
-        except ValueError:
-            continue
-        if isinstance(data, dict) and "slug" in data and "verdict" in data:
-            verdicts[data["slug"]] = verdict_cell(data)
-    return verdicts
+    """``slug -> verdict cell`` of every result in ``results_dir``, re-judged by the current rule, with the
+    unseen-seed runs of ``results_dir``'s sibling ``seedcheck`` (a decisive verdict that flips there is
+    published as inconclusive (spread))."""
+    from neurips26.claims.report import load_results, rejudged, seed_checks
+
+    results = [rejudged(r) for r in load_results(Path(results_dir))]
+    checks = seed_checks(results, Path(results_dir).parent / "seedcheck")
+    return {r["slug"]: verdict_cell(r, checks.get(r["slug"], [])) for r in results if "verdict" in r}
 
 
-def verdict_cell(data: dict) -> str:
-    """The verdict as the table shows it: with its reason when inconclusive, and flagged when the
-    result predates the v2 rules (schema 1: no premises, asymmetric decision) or the run had warnings."""
-    verdict = str(data["verdict"])
+def verdict_cell(data: dict, checks: list | None = None) -> str:
+    """The verdict as the table shows it: the primary headline's verdict re-judged by the current rule, with
+    its reason when inconclusive, inconclusive (spread) when it flipped on unseen seeds, and flagged when the
+    result predates the v2 rules (schema 1), the run had warnings (dirty, over budget, loaded machine), its
+    code hash is no longer current (``stale code``) or it ran on another torch than the installed one."""
+    from neurips26.claims.report import freshness, published_verdict
+
     if data.get("schema", 1) < 2:
-        return f"{verdict} (schema 1, not rerun under v2)"
-    if verdict == "inconclusive" and data.get("verdict_reason"):
-        verdict += f" ({data['verdict_reason']})"
+        return f"{data['verdict']} (schema 1, not rerun under v2)"
+    verdict, _ = published_verdict(data, list(checks or []))
     flags = [
         w.split(":")[0]
         for w in data.get("warnings", [])
         if w.split(":")[0] in ("dirty", "over budget", "loaded machine")
     ]
+    fresh = freshness(data)
+    if fresh["hash"] != "current":
+        flags.append("stale code" if fresh["hash"] == "stale" else "code unknown")
+    if not fresh["torch_current"]:
+        flags.append(f"torch {fresh['torch']}")
     return verdict + (f"; {', '.join(flags)}" if flags else "")
 
 
@@ -48,7 +53,7 @@ def methods_table(results_dir: Path = Path("results/full")) -> str:
     """Markdown table of all methods: name, area, module, status, full-profile verdict, baselines."""
     verdicts = _verdicts(results_dir)
     lines = [
-        "| method | area | module | status | full-profile verdict | baselines | metric |",
+        "| method | area | module | status | full-profile verdict (primary headline, re-judged) | baselines | metric |",
         "|---|---|---|---|---|---|---|",
     ]
     for m in METHODS:
@@ -61,7 +66,11 @@ def methods_table(results_dir: Path = Path("results/full")) -> str:
     for m in METHODS:
         counts[status(m.slug)[0]] = counts.get(status(m.slug)[0], 0) + 1
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-    return f"{len(METHODS)} methods: {summary}.\n\n" + "\n".join(lines)
+    return (
+        f"{len(METHODS)} methods: {summary}. Verdicts are re-judged from the committed metrics by the current rule "
+        "(`neurips26 report --profile full` shows every headline); `stale code`: the claim's code changed since "
+        "the run; `torch X`: the run used another torch than the installed one.\n\n" + "\n".join(lines)
+    )
 
 
 def _run_label(d: dict) -> str:

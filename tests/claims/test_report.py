@@ -19,7 +19,7 @@ def fixture_result(slug="toy", verdict="reproduced", over=False):
                 "key": "b_learns",
                 "kind": "evidence",
                 "text": "acc: B >= 0.5",
-                "data": {"type": "AtLeast", "metric": "acc", "arm": "B", "threshold": 0.5},
+                "data": {"type": "AtLeast", "metric": "acc", "arm": "B", "threshold": 0.5, "label": "b_learns", "confidence": 0.5},
                 "verdict": "reproduced",
                 "numbers": {"n": 2, "mean": 0.65, "std": 0.07, "lower_bound": 0.6, "upper_bound": 0.7, "threshold": 0.5},
             }
@@ -44,7 +44,7 @@ def fixture_result(slug="toy", verdict="reproduced", over=False):
                 "key": "acc_vs_b",
                 "kind": "evidence",
                 "text": "acc: A > B by more than 0",
-                "data": {"type": "Better", "metric": "acc", "baseline": "B", "margin": 0.0},
+                "data": {"type": "Better", "metric": "acc", "baseline": "B", "margin": 0.0, "label": "acc_vs_b"},
                 "verdict": verdict,
                 "numbers": {"n": 2, "mean": 0.2, "std": 0.0, "lower_bound": 0.2, "upper_bound": 0.2, "mde": 0.1, "margin": 0.0},
             },
@@ -52,13 +52,13 @@ def fixture_result(slug="toy", verdict="reproduced", over=False):
                 "key": "roundtrip",
                 "kind": "design",
                 "text": "exact: A == 1 on every seed",
-                "data": {"type": "Exact", "metric": "acc", "expected": 1.0},
+                "data": {"type": "Exact", "metric": "acc", "expected": 1.0, "label": "roundtrip"},
                 "verdict": "reproduced",
                 "numbers": {"n": 2, "min": 1.0, "max": 1.0, "expected": 1.0},
             },
         ],
         "verdict": verdict,
-        "metrics": {"acc": {"A": [0.9, 0.8], "B": [0.6, 0.7], "S": [0.1, 0.1]}},
+        "metrics": {"acc": {"A": [0.8, 0.9] if verdict == "reproduced" else [0.3, 0.2], "B": [0.6, 0.7], "S": [0.1, 0.1]}},
         "curves": {"loss": {"A": [[1, 0.5], [1, 0.4]], "B": [[1, 0.9], [1, 0.8]]}},
         "info": [{}, {}],
         "wall_s": 12.0,
@@ -105,6 +105,7 @@ def test_testbed_verdicts_show_their_reason_and_premise(tmp_path):
     result = fixture_result()
     result.update(verdict="inconclusive", verdict_reason="testbed", deciding="b_learns")
     result["premises"][0]["verdict"] = "not reproduced"
+    result["premises"][0]["data"]["threshold"] = 0.9  # re-judged from the metrics: B (0.65) misses it
     (tmp_path / "toy.json").write_text(json.dumps(result))
     md, _ = build_report(tmp_path)
     line = next(x for x in md.read_text().splitlines() if x.startswith("| [toy](#toy)"))
@@ -226,3 +227,64 @@ def test_report_prints_display_names_and_claims_validate_them():
             criteria=(Better("acc", baseline="b", label="l"),),
             configs={p: {} for p in ("smoke", "quick", "full")}, display_names={"m": ""},
         )  # fmt: skip
+
+
+def _seeded(result, seeds, profile="full"):
+    out = json.loads(json.dumps(result))
+    out.update(seeds=seeds, profile=profile)
+    n = len(seeds)
+    for arms in out["metrics"].values():
+        for arm, values in arms.items():
+            arms[arm] = (values * n)[:n]
+    return out
+
+
+def test_report_leads_with_the_committed_table_seed_agreement_and_quick_recheck(tmp_path):
+    """results/full leads the quick report: unseen-seed agreement on top, a verdict that flips on unseen
+    seeds published as inconclusive (spread) with both runs, and beside each claim the quick re-check."""
+    for name in ("full", "seedcheck", "quick"):
+        (tmp_path / name).mkdir()
+    good, bad = fixture_result("toy"), fixture_result("slow", "not reproduced")
+    (tmp_path / "full" / "toy.json").write_text(json.dumps(_seeded(good, [0, 1])))
+    (tmp_path / "full" / "slow.json").write_text(json.dumps(_seeded(bad, [0, 1])))
+    flipped = _seeded(fixture_result("toy", "not reproduced"), [5, 6])  # same code and config, unseen seeds
+    (tmp_path / "seedcheck" / "toy_seeds5-6.json").write_text(json.dumps(flipped))
+    held = _seeded(fixture_result("slow", "not reproduced"), [7, 8])
+    (tmp_path / "seedcheck" / "slow_seeds7-8.json").write_text(json.dumps(held))
+    stale = _seeded(fixture_result("slow", "reproduced"), [3, 4])
+    stale["provenance"]["claim_hash"] = "older"
+    (tmp_path / "seedcheck" / "slow_seeds3-4.json").write_text(json.dumps(stale))
+    (tmp_path / "quick" / "toy.json").write_text(json.dumps(_seeded(good, [0, 1], "quick")))
+    broken = _seeded(bad, [0, 1], "quick")
+    broken["metrics"]["acc"]["B"] = [0.1, 0.2]  # the baseline does not learn here: the premise fails
+    (tmp_path / "quick" / "slow.json").write_text(json.dumps(broken))
+    md, html = build_report(tmp_path / "quick")
+    text = md.read_text()
+    assert text.index("## Committed full-profile verdicts") < text.index("## This run: quick")
+    assert "**Unseen-seed agreement: 1/2 (50 %)**" in text
+    assert "Flipped, so published as inconclusive (spread): toy." in text
+    toy = next(x for x in text.splitlines() if x.startswith("| [toy](#toy) | inconclusive (spread: flipped"))
+    assert "not reproduced on [5, 6] (differs)" in toy
+    assert "same direction: acc_vs_b effect 0.200 here vs 0.200 committed (reproduced)" in toy
+    slow = next(x for x in text.splitlines() if x.startswith("| [slow](#slow) | not reproduced"))
+    assert "not reproduced on [7, 8] (agrees) (+1 of other code/config/seeds)" in slow
+    assert "quick testbed: premise b_learns does not hold" in slow
+    assert "Committed full-profile verdicts" in html.read_text()
+    full_md, _ = build_report(tmp_path / "full")  # the full report leads with the same table, no quick column
+    assert "quick re-check here" not in full_md.read_text() and "Unseen-seed agreement: 1/2" in full_md.read_text()
+
+
+def test_sections_show_per_headline_verdicts_cost_and_the_recorded_verdict(tmp_path):
+    result = fixture_result()
+    result["criteria"].append(
+        {"key": "slow_steps", "kind": "cost", "text": "step ratio", "verdict": "not reproduced", "numbers": {},
+         "data": {"type": "AtMost", "metric": "acc", "arm": "A", "threshold": 0.1, "label": "slow_steps", "kind": "cost"}}
+    )  # fmt: skip
+    result["headlines"][0]["criteria"].append("slow_steps")
+    result.update(verdict="not reproduced", deciding="slow_steps")  # what an older rule recorded
+    (tmp_path / "toy.json").write_text(json.dumps(result))
+    text = build_report(tmp_path)[0].read_text()
+    assert "| [toy](#toy) | reproduced |" in text
+    assert "**Recorded** (rule version 2): not reproduced, deciding slow_steps" in text
+    assert "**Cost of our CPU code**" in text and "**Primary headline.** A beats B" in text
+    assert "| * A beats B | acc_vs_b (reproduced), slow_steps (not reproduced) | reproduced; deciding acc_vs_b |" in text

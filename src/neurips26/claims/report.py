@@ -33,10 +33,59 @@ RULER_INTRO = (
 GENERIC_GLOSSARY = {
     "verdict": (
         "reproduced / not reproduced / inconclusive, computed by the declared criteria from the per-seed "
-        "numbers. A claim is inconclusive (testbed) when one of its premises does not hold, inconclusive "
-        "(error) when a criterion could not be computed, not reproduced when a criterion is not reproduced, "
-        "reproduced when every criterion is and at least one of them is evidence, and inconclusive "
-        "(spread) otherwise."
+        "numbers and re-judged from the stored metrics by the current rule (rule version 3, claims-v3) whenever "
+        "a report or the README is built. Every tested headline of the paper gets its own verdict; the claim's "
+        "verdict is the verdict of its primary headline(s) (declared in the claim; by default the first headline "
+        "tested by an evidence criterion). In order: inconclusive (error) when a premise or criterion could not "
+        "be computed, inconclusive (testbed) when a premise does not hold, inconclusive (error-suspect) when an "
+        "evidence criterion's arm collapsed to its floor and no diagnosis is declared, else the primary "
+        "headline's verdict. Secondary headlines are shown with their own verdicts and never change the claim's."
+    ),
+    "headline verdict": (
+        "from the headline's evidence criteria (and cost criteria that opt in): reproduced when every one is "
+        "reproduced at its own level (an intersection-union test, no correction needed) and every design check "
+        "of the headline holds; not reproduced when a refutation survives Holm's step-down correction over the "
+        "headline's evidence criteria (family-wise error 1 - confidence, 10 %: sorted refutation p-values "
+        "p_(i) are compared with 0.1/(k - i + 1), stopping at the first that exceeds it); otherwise inconclusive "
+        "with the reason error, testbed, error-suspect, design (a design check failed: a bug check, it never "
+        "decides), testbed: floor, constant, evidence (nothing deciding) or spread."
+    ),
+    "Holm": (
+        "family-wise control over one headline's k evidence criteria: p_refute is the one-sided p-value of "
+        "'the effect is at or below the margin' (Student t, n - 1 dof); the smallest must be <= alpha/k, the "
+        "next <= alpha/(k-1), and so on; a criterion is refuted only while every smaller p was."
+    ),
+    "primary headline": "the paper's main empirical result; its verdict is the claim's verdict (marked * in the headline table).",
+    "cost": (
+        "kind of a criterion about speed or memory of our own CPU implementation: reported, never deciding a "
+        "headline unless the criterion states why (cost_decides: the headline is about that cost and our code is "
+        "the paper's algorithm at the paper's granularity)."
+    ),
+    "testbed: floor": (
+        "both arms of a comparison sit at the same floor, ceiling or sentinel value (0, 1, +-inf, NaN, the "
+        "criterion's floor or a declared sentinel such as a step horizon) on every seed: the comparison cannot "
+        "show anything, so it is inconclusive."
+    ),
+    "error-suspect": (
+        "the judged arm sits exactly at the criterion's floor (0 when larger is better, +inf when smaller is "
+        "better, unless declared) on every seed while the baseline does not: a collapsed arm is a bug suspect; "
+        "the claim stays inconclusive until it declares a diagnosis for the criterion, which the report prints."
+    ),
+    "constant": "both arms report one and the same constant on every seed (e.g. a config value compared with itself): the criterion cannot fail, so it is inconclusive.",
+    "hash": (
+        "current when the claim hash recorded in the result equals the hash of today's code: every neurips26 "
+        "module the claim imports, transitively (claim package, claims it imports, area modules, common/), plus "
+        "claims/criteria.py; stale otherwise (the numbers were produced by other code)."
+    ),
+    "unseen-seed agreement": (
+        "for each committed full-profile result, the runs in results/seedcheck/ of the same claim code and "
+        "config on seeds the full run did not use, both re-judged by the current rule: same verdict or not. A "
+        "decisive verdict that flips is shown as inconclusive (spread) with both runs."
+    ),
+    "same direction": (
+        "the quick re-check beside a committed verdict: the sign of the committed deciding criterion's effect "
+        "(estimate minus margin on the larger-is-better scale) in this machine's quick run against the committed "
+        "full run."
     ),
     "decision rule": (
         "per-seed values v (paired differences, sign-adjusted so that larger is better) with mean m, sd s, "
@@ -46,7 +95,7 @@ GENERIC_GLOSSARY = {
         "the worst value."
     ),
     "premise": "a criterion about the testbed itself (the baseline learns, the task is not at ceiling, the regime occurs); judged like any criterion, shown first.",
-    "evidence / design": "evidence: an empirical comparison that could go either way; design: holds by construction and is checked for bugs (bit-exactness, identities). Reproduced needs evidence.",
+    "evidence / design / cost": "evidence: an empirical comparison that could go either way; design: holds by construction and is checked for bugs (bit-exactness, identities); cost: speed or memory of our CPU code, reported, never deciding unless it opts in with a reason. Reproduced needs evidence.",
     "mde": "minimal detectable effect at the seeds used: (t_conf + t_0.8) s / sqrt(n), the smallest true difference the criterion detects with 80 % power.",
     "wall_s": "wall-clock seconds of all seeds of the claim check in one process (warm cache).",
     "cold_wall_s": "wall_s plus the recorded build time of every cached artefact the run found on disk: the cost on an empty cache.",
@@ -68,6 +117,203 @@ def load_results(folder: Path) -> list[dict[str, Any]]:
         if isinstance(data, dict) and data.get("schema") in (1, 2) and "slug" in data:
             results.append(data)
     return sorted(results, key=lambda r: r["slug"])
+
+
+def rejudged(result: dict[str, Any]) -> dict[str, Any]:
+    """``result`` re-judged from its metrics by the current rule (:func:`neurips26.claims.base.rejudge`).
+
+    Schema-1 results are returned as they are; a result that cannot be re-judged keeps its recorded
+    verdict with a warning saying so.
+    """
+    if result.get("schema") != 2:
+        return result
+    from neurips26.claims.base import rejudge
+
+    try:
+        return rejudge(result)
+    except Exception as err:  # noqa: BLE001 - shown, never hidden
+        out = dict(result)
+        out["warnings"] = [*result.get("warnings", []), f"not re-judged: {type(err).__name__}: {err}"]
+        return out
+
+
+@functools.cache
+def _current_hash(slug: str) -> str | None:
+    try:
+        from neurips26.claims.runner import claim_hash
+        from neurips26.registry import load_claim
+
+        return claim_hash(load_claim(slug))
+    except Exception:  # noqa: BLE001 - an unknown or broken claim: unknown
+        return None
+
+
+@functools.cache
+def current_torch() -> str | None:
+    """The installed torch version without its local part (``2.14.1`` for ``2.14.1+cpu``)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("torch").split("+")[0]
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def freshness(result: dict[str, Any]) -> dict[str, Any]:
+    """Whether a result rests on today's code and stack.
+
+    ``hash``: ``current`` (recorded claim hash = today's :func:`~neurips26.claims.runner.claim_hash`),
+    ``stale`` or ``unknown`` (the claim does not load); ``torch``: the recorded version;
+    ``torch_current``: whether it equals the installed one (local parts such as ``+cpu`` ignored).
+    """
+    recorded = (result.get("provenance") or {}).get("claim_hash")
+    now = _current_hash(str(result.get("slug", "")))
+    state = "unknown" if now is None or not recorded else ("current" if recorded == now else "stale")
+    torch = ((result.get("env") or {}).get("versions") or {}).get("torch")
+    here = current_torch()
+    same = torch is not None and here is not None and str(torch).split("+")[0] == here
+    return {"hash": state, "recorded_hash": recorded, "current_hash": now, "torch": torch, "torch_current": same}
+
+
+def _float(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _disjoint(a: list[int], b: list[int]) -> bool:
+    return not set(a) & set(b)
+
+
+def seed_checks(committed: list[dict[str, Any]], folder: Path) -> dict[str, list[dict[str, Any]]]:
+    """Unseen-seed runs in ``folder`` (``<slug>_seeds*.json``) against the committed result of each slug.
+
+    A run *matches* when it ran the committed code and config (same claim and config hash) on seeds the
+    committed run did not use; only matching runs count for agreement. Both are re-judged by the current
+    rule. Returns ``{slug: [{file, seeds, verdict, text, matching, why, agree}]}``.
+    """
+    by_slug = {r["slug"]: r for r in committed}
+    out: dict[str, list[dict[str, Any]]] = {}
+    for path in sorted(Path(folder).glob("*_seeds*.json")) if Path(folder).is_dir() else []:
+        try:
+            data = json.loads(path.read_text())
+        except ValueError:
+            continue
+        full = by_slug.get(data.get("slug")) if isinstance(data, dict) else None
+        if full is None or data.get("schema") != 2:
+            continue
+        run = rejudged(data)
+        prov, fprov = data.get("provenance") or {}, full.get("provenance") or {}
+        why = []
+        if not _disjoint(data.get("seeds", []), full.get("seeds", [])):
+            why.append("shares seeds with the committed run")
+        if prov.get("config_hash") != fprov.get("config_hash"):
+            why.append("another config")
+        if prov.get("claim_hash") != fprov.get("claim_hash"):
+            why.append("other code")
+        out.setdefault(full["slug"], []).append(
+            {
+                "file": path.name,
+                "seeds": data.get("seeds", []),
+                "verdict": run.get("verdict"),
+                "text": verdict_text(run),
+                "matching": not why,
+                "why": ", ".join(why),
+                "agree": run.get("verdict") == full.get("verdict"),
+            }
+        )
+    return out
+
+
+def published_verdict(result: dict[str, Any], checks: list[dict[str, Any]]) -> tuple[str, bool]:
+    """The verdict to publish and whether it flipped: a decisive verdict that a matching unseen-seed run
+    does not repeat is published as ``inconclusive (spread)``."""
+    flipped = result.get("verdict") in ("reproduced", "not reproduced") and any(
+        c["matching"] and not c["agree"] for c in checks
+    )
+    return ("inconclusive (spread: flipped on unseen seeds)" if flipped else verdict_text(result)), flipped
+
+
+def _effect(entry: dict[str, Any] | None) -> float:
+    return _float((entry or {}).get("numbers", {}).get("effect"))
+
+
+def quick_recheck(full: dict[str, Any], quick: dict[str, Any] | None) -> str:
+    """One cell: this machine's quick run beside the committed verdict (module docstring)."""
+    if quick is None:
+        return "not run here"
+    failing = [p for p in quick.get("premises", []) if p.get("verdict") != "reproduced"]
+    if failing:
+        return f"quick testbed: premise {failing[0].get('key')} does not hold ({describe_numbers(quick, failing[0])})"
+    key = (deciding(full) or {}).get("key")
+    here = _find(quick, key)
+    ref, now = _effect(deciding(full)), _effect(here)
+    if here is None or math.isnan(ref) or math.isnan(now):
+        return f"{verdict_text(quick)}; {key} not comparable here"
+    same = (ref > 0) == (now > 0) and (ref != 0 or now == 0)
+    word = "same direction" if same else "opposite direction"
+    return f"{word}: {key} effect {_num(now)} here vs {_num(ref)} committed ({verdict_text(quick)})"
+
+
+def committed_section(
+    committed: list[dict[str, Any]], seed_dir: Path, quick: list[dict[str, Any]] | None = None
+) -> tuple[list[str], list[str], list[list[str]]]:
+    """The committed full-profile verdict table: intro lines, header and rows.
+
+    One row per committed result (re-judged): the published verdict of its primary headline (a decisive
+    verdict that flipped on unseen seeds shows as inconclusive (spread)), the primary headline, the deciding
+    criterion with its numbers, the unseen-seed runs, code freshness and torch, and, when ``quick`` is given,
+    this machine's quick re-check beside it.
+    """
+    checks = seed_checks(committed, seed_dir)
+    quick_by = {r["slug"]: r for r in quick} if quick is not None else None
+    rows, agree, pairs, undecided, stale, flips = [], 0, 0, [], 0, []
+    for r in committed:
+        mine = checks.get(r["slug"], [])
+        matching = [c for c in mine if c["matching"]]
+        pairs += len(matching)
+        agree += sum(c["agree"] for c in matching)
+        text, flipped = published_verdict(r, mine)
+        if flipped:
+            flips.append(r["slug"])
+        if r.get("verdict") in ("reproduced", "not reproduced") and not matching:
+            undecided.append(r["slug"])
+        seeds = "; ".join(
+            f"{c['text']} on {c['seeds']} ({'agrees' if c['agree'] else 'differs'})" for c in matching
+        ) or "none"
+        other = [c for c in mine if not c["matching"]]
+        if other:
+            seeds += f" (+{len(other)} of other code/config/seeds)"
+        fresh = freshness(r)
+        stale += fresh["hash"] != "current"
+        torch = str(fresh["torch"]) + ("" if fresh["torch_current"] else f" (now {current_torch()})")
+        primary = "; ".join(h[:60] for h in r.get("primary", [])) or "-"
+        row = [f"[{r['slug']}](#{r['slug']})", text, primary, describe_numbers(r, deciding(r)), seeds, fresh["hash"], torch]
+        if quick_by is not None:
+            row.append(quick_recheck(r, quick_by.get(r["slug"])))
+        rows.append(row)
+    rate = f"{agree}/{pairs} ({100.0 * agree / pairs:.0f} %)" if pairs else "no matching runs"
+    counts = {v: sum(r.get("verdict") == v for r in committed) for v in ("reproduced", "not reproduced", "inconclusive")}
+    intro = [
+        "## Committed full-profile verdicts",
+        "",
+        f"**Unseen-seed agreement: {rate}** of the seed checks that ran the committed code and config on seeds "
+        f"the committed run did not use (results/seedcheck/, re-judged by the current rule)."
+        + (f" Flipped, so published as inconclusive (spread): {', '.join(flips)}." if flips else "")
+        + (f" Decisive verdicts without a matching unseen-seed run: {', '.join(undecided)}." if undecided else ""),
+        "",
+        f"{len(committed)} committed results (results/full/, re-judged by the current rule on their primary "
+        "headline): " + ", ".join(f"{n} {v}" for v, n in counts.items())
+        + f"; {stale} rest on code whose hash is no longer current (stale or unknown)."
+        + (" Beside each, this machine's quick re-check: same direction of the committed deciding effect or not."
+           if quick is not None else ""),  # fmt: skip
+        "",
+    ]
+    header = ["method", "verdict (primary headline)", "primary headline", "deciding criterion", "unseen seeds", "code", "torch"]
+    if quick is not None:
+        header.append("quick re-check here")
+    return intro, header, rows
 
 
 def mean_std(values: list[float]) -> tuple[float, float]:
@@ -331,6 +577,15 @@ def _fmt_number(value: Any) -> str:
     return f"{value:.4g}"
 
 
+def _entry_verdict(c: dict[str, Any]) -> str:
+    """A judged entry's verdict; a screened one says why and what it alone would say."""
+    verdict = c.get("verdict", "")
+    if c.get("reason"):
+        alone = c.get("stat_verdict")
+        verdict += f" ({c['reason']}" + (f"; alone: {alone}" if alone and alone != verdict else "") + ")"
+    return verdict
+
+
 def judged_rows(result: dict[str, Any], entries: list[dict[str, Any]]) -> list[list[str]]:
     rows = []
     for c in entries:
@@ -339,30 +594,45 @@ def judged_rows(result: dict[str, Any], entries: list[dict[str, Any]]) -> list[l
             [
                 c.get("key", ""),
                 c.get("text", ""),
-                c.get("verdict", ""),
+                _entry_verdict(c),
                 _num(n.get("n"), 0),
                 _num(n.get("mean")),
                 _num(n.get("std")),
                 _num(n.get("lower_bound", n.get("lower_abs"))),
                 _num(n.get("upper_bound", n.get("upper_abs"))),
                 _num(n.get("mde")),
-                c.get("error", ""),
+                _num(n.get("p_refute")),
+                c.get("error", "") or c.get("reason_detail", ""),
             ]
         )
     return rows
 
 
-JUDGED_HEADER = ["key", "criterion", "verdict", "n", "mean", "sd", "L", "U", "mde", "error"]
+JUDGED_HEADER = ["key", "criterion", "verdict", "n", "mean", "sd", "L", "U", "mde", "p_refute", "note"]
 
 
 def headline_rows(result: dict[str, Any]) -> list[list[str]]:
+    """One row per headline: text (``*`` marks a primary headline), what tests it (with Holm's outcome for
+    each refutation), and its own verdict with the reason and deciding criterion."""
     rows = []
     for h in result.get("headlines", []):
+        text = ("* " if h.get("primary") else "") + h["text"]
         if h.get("untested"):
-            rows.append([h["text"], "-", "untested: " + h["untested"]])
-        else:
-            tested = ", ".join(f"{k} ({v})" for k, v in h.get("verdicts", {}).items())
-            rows.append([h["text"], tested, h.get("status", "")])
+            rows.append([text, "-", "untested: " + h["untested"]])
+            continue
+        holm = h.get("holm") or {}
+        parts = []
+        for k, v in h.get("verdicts", {}).items():
+            extra = "; Holm: refuted" if holm.get(k, {}).get("refuted") else (
+                "; Holm: not refuted" if v == "not reproduced" and k in holm else ""
+            )
+            parts.append(f"{k} ({v}{extra})")
+        status = h.get("verdict", h.get("status", ""))
+        if status == "inconclusive" and h.get("reason"):
+            status += f" ({h['reason']})"
+        if h.get("deciding") and status != "untested":
+            status += f"; deciding {h['deciding']}"
+        rows.append([text, ", ".join(parts), status])
     return rows
 
 
@@ -399,6 +669,35 @@ def _split_criteria(result: dict[str, Any]) -> tuple[list[dict], list[dict]]:
     return evidence, design
 
 
+def _cost(result: dict[str, Any]) -> list[dict]:
+    return [c for c in result.get("criteria", []) if c.get("kind") == "cost"]
+
+
+def _v3_notes(r: dict[str, Any]) -> list[str]:
+    """Lines on the re-judgement: what the file recorded, primary headline, diagnoses, cost opt-ins."""
+    lines = []
+    rec = r.get("recorded") or {}
+    if rec and (rec.get("verdict"), rec.get("deciding")) != (r.get("verdict"), r.get("deciding")):
+        text = rec.get("verdict", "?") + (
+            f" ({rec['verdict_reason']})" if rec.get("verdict") == "inconclusive" and rec.get("verdict_reason") else ""
+        )
+        lines.append(
+            f"**Recorded** (rule version {rec.get('rule_version')}): {text}, deciding {rec.get('deciding')}; "
+            "re-judged above by the current rule from the stored metrics."
+        )
+    if r.get("primary"):
+        lines.append("**Primary headline.** " + "; ".join(r["primary"]))
+    for c in r.get("criteria", []):
+        if c.get("diagnosis"):
+            lines.append(f"**Diagnosis of {c['key']}** ({c.get('reason_detail', '')}): {c['diagnosis']}")
+        elif c.get("reason") == "error-suspect":
+            lines.append(f"**Undiagnosed collapse: {c['key']}**: {c.get('reason_detail', '')}; no diagnosis declared.")
+        why = (c.get("data") or {}).get("cost_decides")
+        if why:
+            lines.append(f"**Cost criterion {c['key']} may decide:** {why}")
+    return lines
+
+
 def _section_md(r: dict[str, Any], plots: list[Path], base: Path) -> str:
     arms = [r["method"], *r["baselines"], *r.get("references", [])]
     rows = [[name] + [fmt(values.get(a)) for a in arms] for name, values in r["metrics"].items()]
@@ -408,6 +707,7 @@ def _section_md(r: dict[str, Any], plots: list[Path], base: Path) -> str:
         "dirty": env.get("git", {}).get("dirty"),
     }
     evidence, design = _split_criteria(r)
+    fresh = freshness(r)
     lines = [
         f'<a id="{r["slug"]}"></a>',
         "",
@@ -422,12 +722,16 @@ def _section_md(r: dict[str, Any], plots: list[Path], base: Path) -> str:
         + ("; OVER BUDGET)" if r.get("over_budget") else ")")
         + f"; commit {prov.get('commit')}, dirty {prov.get('dirty')}"
         + (
-            f", claim {prov.get('claim_hash')}, config {prov.get('config_hash')}"
+            f", claim {prov.get('claim_hash')} ({fresh['hash']}), config {prov.get('config_hash')}"
             if prov.get("claim_hash")
             else ""
-        ),
+        )
+        + f"; torch {fresh['torch']}" + ("" if fresh["torch_current"] else f" (installed: {current_torch()})"),
         "",
     ]
+    notes = _v3_notes(r)
+    if notes:
+        lines += ["  \n".join(notes), ""]
     warn = warnings_of(r)
     if warn:
         lines += ["**Warnings.** " + "; ".join(warn), ""]
@@ -438,9 +742,13 @@ def _section_md(r: dict[str, Any], plots: list[Path], base: Path) -> str:
     if design:
         lines += ["**Design checks** (hold by construction; checked for bugs).", ""]
         lines += [_md_table(JUDGED_HEADER, judged_rows(r, design)), ""]
+    cost = _cost(r)
+    if cost:
+        lines += ["**Cost of our CPU code** (reported; never deciding unless a criterion opts in).", ""]
+        lines += [_md_table(JUDGED_HEADER, judged_rows(r, cost)), ""]
     if r.get("headlines"):
         lines += [
-            "**The paper's headlines.**",
+            "**The paper's headlines** (* primary: its verdict is the claim's; the others keep their own).",
             "",
             _md_table(["headline", "tested by", "status"], headline_rows(r)),
             "",
@@ -540,15 +848,28 @@ def build_report(results_dir: Path, out_dir: Path | None = None) -> tuple[Path, 
     """
     results_dir = Path(results_dir)
     out_dir = Path(out_dir) if out_dir is not None else results_dir
-    results = load_results(results_dir)
+    results = [rejudged(r) for r in load_results(results_dir)]
+    full_dir = results_dir.parent / "full"
+    is_full = full_dir.resolve() == results_dir.resolve()
+    committed = results if is_full else [rejudged(r) for r in load_results(full_dir)]
+    lead: list[str] = []
+    lead_table: tuple[list[str], list[list[str]]] | None = None
+    if committed:
+        intro_lines, header, crows = committed_section(
+            committed, results_dir.parent / "seedcheck", None if is_full else results
+        )
+        lead = intro_lines + [_md_table(header, crows), ""]
+        lead_table = (header, crows)
     plots = {r["slug"]: claim_plots(r, out_dir / "plots") for r in results}
     counts = {
         v: sum(r["verdict"] == v for r in results) for v in ("reproduced", "not reproduced", "inconclusive")
     }
-    testbed = sum(r.get("verdict_reason") == "testbed" for r in results)
+    testbed = sum(str(r.get("verdict_reason", "")).startswith("testbed") for r in results)
     intro = [
         "# neurips26 claim-check report",
         "",
+        *lead,
+        *(["## This run: " + (results[0].get("profile", results_dir.name) if results else results_dir.name), ""] if lead else []),
         f"{len(results)} claim checks from `{results_dir}`: "
         + ", ".join(f"{n} {v}" for v, n in counts.items())
         + (f" ({testbed} of them because a premise of the testbed does not hold)" if testbed else "")
@@ -574,7 +895,7 @@ def build_report(results_dir: Path, out_dir: Path | None = None) -> tuple[Path, 
     md_path = out_dir / "report.md"
     atomic_write_text(md_path, md)
     html_path = out_dir / "report.html"
-    atomic_write_text(html_path, _html(results, rows, plots, ruler, bench))
+    atomic_write_text(html_path, _html(results, rows, plots, ruler, bench, lead_table, lead[:5]))
     return md_path, html_path
 
 
@@ -610,6 +931,8 @@ def _html(
     plots: dict[str, list[Path]],
     ruler: list[tuple[dict[str, Any], Path]] = (),
     bench: list[tuple[dict[str, Any], Path]] = (),
+    lead_table: tuple[list[str], list[list[str]]] | None = None,
+    lead_intro: list[str] = (),
 ) -> str:
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'><title>neurips26 report</title><style>",
@@ -617,11 +940,17 @@ def _html(
         "table{border-collapse:collapse;font-size:12px;margin:.5em 0}td,th{border:1px solid #ccc;padding:3px 6px;vertical-align:top}"
         "img{max-width:100%;margin:.3em}.warn{color:#a60}",
         "</style></head><body><h1>neurips26 claim-check report</h1>",
-        _html_rows(SUMMARY_HEADER, rows, link_first=True),
     ]
+    if lead_table is not None:
+        parts.append("<h2 id='committed'>Committed full-profile verdicts</h2>")
+        parts += [f"<p>{html.escape(line.replace('**', ''))}</p>" for line in lead_intro[1:] if line and not line.startswith("#")]
+        parts.append(_html_rows(*lead_table, link_first=True))
+        parts.append("<h2>This run</h2>")
+    parts.append(_html_rows(SUMMARY_HEADER, rows, link_first=True))
     for r in results:
         arms = [r["method"], *r["baselines"], *r.get("references", [])]
         evidence, design = _split_criteria(r)
+        cost = _cost(r)
         parts.append(f"<h2 id='{html.escape(r['slug'])}'>{html.escape(r['title'])}</h2>")
         parts.append(
             f"<p><b>Claim.</b> {html.escape(r['claim'])}<br/><b>Verdict ({r['profile']}, seeds "
@@ -637,6 +966,10 @@ def _html(
         parts.append("<p><b>Evidence criteria</b></p>" + _html_rows(JUDGED_HEADER, judged_rows(r, evidence)))
         if design:
             parts.append("<p><b>Design checks</b></p>" + _html_rows(JUDGED_HEADER, judged_rows(r, design)))
+        if cost:
+            parts.append("<p><b>Cost of our CPU code</b> (never deciding unless it opts in)</p>" + _html_rows(JUDGED_HEADER, judged_rows(r, cost)))
+        for note in _v3_notes(r):
+            parts.append(f"<p>{html.escape(note.replace('**', ''))}</p>")
         if r.get("headlines"):
             parts.append(
                 "<p><b>The paper's headlines</b></p>"
