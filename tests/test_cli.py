@@ -25,7 +25,12 @@ def test_list_area_filter_and_bad_area(capsys):
 
 def test_show_and_unknown_slug(capsys):
     assert main(["show", "adera"]) == 0
-    assert "AdERA" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "AdERA" in out and "criterion [design]: bitwise_exact" in out
+    # claims-v3: the default primary headline is the first tested by evidence (adera's first tested one is design-only)
+    assert "primary headline: after warm-up only sign and mantissa travel" in out
+    assert main(["show", "ancre"]) == 0
+    assert "criterion [cost]: e2_step_time_ratio" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="did you mean"):
         main(["show", "aderaa"])
 

@@ -69,10 +69,20 @@ def cmd_show(args: argparse.Namespace) -> int:
     print(f"  extras: {', '.join(info.extras) or '-'}   spec: {info.spec}")
     print(f"  status: {state} ({detail})")
     if state == "implemented":
+        from neurips26.claims.base import primary_headlines
+
         claim = load_claim(info.slug)
         print(f"  claim: {claim.claim}")
-        for text in claim.criteria_text():
-            print(f"  criterion: {text}")
+        for crit in claim.criteria:
+            why = f" (decides: {crit.cost_decides})" if crit.cost_decides else ""
+            print(f"  criterion [{crit.kind}]: {crit.describe(claim.method)}{why}")
+        deciding = {c.label for c in claim.criteria if c.deciding}
+        primary = primary_headlines(claim.headlines, deciding)
+        for i, head in enumerate(claim.headlines):
+            mark = "primary " if i in primary else ""
+            print(f"  {mark}headline: {head.text}")
+        for label, text in claim.diagnoses.items():
+            print(f"  diagnosis of {label}: {text}")
         for profile, seeds in claim.seeds.items():
             print(f"  profile {profile}: seeds {list(seeds)}")
     return 0
