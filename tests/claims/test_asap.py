@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -71,8 +72,13 @@ def test_smoke_table_references_and_reachability(smoke_result, tmp_path):
     lr=st.sampled_from([0.01, 0.1, 0.5]),
     seed=st.integers(0, 2**31 - 1),
 )
-def test_logreg_sgd_equals_local_sgd_on_nn_linear_bit_for_bit(n, batch, epochs, lr, seed):
-    """The claim's cheap honest update is Flower's local_sgd on nn.Linear(64, 10), to the last bit."""
+def test_logreg_sgd_equals_local_sgd_on_nn_linear_within_rounding(n, batch, epochs, lr, seed):
+    """The claim's cheap honest update is Flower's local_sgd on nn.Linear(64, 10), up to float32 rounding.
+
+    Both run the same batches and the same arithmetic, but through different kernels (autograd's
+    ``mm`` layouts vs the written-out ones): equal on one CPU, a few ulps apart on another (an AVX2
+    AMD EPYC differs at n=2, batch=2, epochs=1, lr=0.01, seed=3).
+    """
     gen = torch.Generator().manual_seed(seed)
     x = torch.rand(n, 64, generator=gen) * 16
     y = torch.randint(0, 10, (n,), generator=gen)
@@ -81,8 +87,24 @@ def test_logreg_sgd_equals_local_sgd_on_nn_linear_bit_for_bit(n, batch, epochs, 
     flat = torch.cat([lin.weight.detach().reshape(-1), lin.bias.detach()])
     loss = local_sgd(lin, x, y, epochs=epochs, lr=lr, batch_size=batch, seed=seed + 1)
     params, loss2 = logreg_sgd(flat, x, y, epochs, lr, batch, seed + 1)
-    assert torch.equal(params, torch.cat([lin.weight.detach().reshape(-1), lin.bias.detach()]))
-    assert loss2 == loss
+    ref = torch.cat([lin.weight.detach().reshape(-1), lin.bias.detach()])
+    # bound: per step, the gradient sums over the batch (B terms, |g| <= 1/B each) and the logits
+    # (65 terms) round to within (B + 65) * eps32 * max|x|, moved by lr; the SGD map then carries a
+    # difference on by at most its growth G, measured here as the growth of an 8-ulp perturbation of the
+    # start (G is 1-3 on these problems; float32 vs float64 runs stay within 0.17 of this bound):
+    # |params - ref| <= (steps * lr * (B + 65) * eps32 * max|x| + eps32 * max|p|) * max(1, G)
+    eps = torch.finfo(torch.float32).eps
+    steps = epochs * -(-n // batch)
+    delta = flat * (8 * eps)
+    moved, _ = logreg_sgd(flat + delta, x, y, epochs, lr, batch, seed + 1)
+    growth = max(1.0, float((moved - params).abs().max()) / float(delta.abs().max()))
+    step_bound = steps * lr * (min(batch, n) + 65) * eps * float(x.abs().max())
+    bound = (step_bound + eps * float(ref.abs().max())) * growth
+    torch.testing.assert_close(params, ref, rtol=0.0, atol=bound)
+    # the mean loss: log-softmax over 10 classes after the 65-term logits, averaged over B
+    # bound: steps * (B + 75) * eps32 * max(1, |loss|) * max(1, G)
+    loss_bound = max(steps, 1) * (min(batch, n) + 75) * eps * max(1.0, abs(loss)) * growth
+    assert loss2 == pytest.approx(loss, rel=0.0, abs=loss_bound)
     assert not torch.equal(params, flat) or epochs == 0  # it trained (and left its input alone)
 
 

@@ -141,8 +141,11 @@ def _logits_at(model: torch.nn.Module, positions: torch.Tensor, **inputs) -> tor
     """Logits ``[b, positions[b, j]]`` (B, J, V) of ``model(**inputs)``, the head run only where needed.
 
     Models whose ``forward`` takes ``logits_to_keep`` (transformers causal LMs) get the (B, J) positions,
-    so the output head (262k rows on Gemma-3) runs on J positions per row instead of all; the head is
-    applied row by row, so the kept logits equal the full pass's. Other models run in full.
+    so the output head (262k rows on Gemma-3) runs on J positions per row instead of all. The body runs
+    unchanged and the head is applied row by row, so the kept logits equal the full pass's within float32
+    rounding of the head's ``d``-term dot products (``d eps32 sum_k |h_k W_vk|``, tested): the head's GEMM
+    has another shape, which may pick another CPU kernel (it does on an AVX2 AMD EPYC), so the equality
+    is not bit for bit. Other models run in full.
     """
     positions = positions.long()
     per_row = positions.view(positions.shape[0], -1)  # (B, J)
