@@ -43,9 +43,10 @@ def test_fixed_residual_is_bit_identical_to_plain_loop_with_equal_gradients(k):
         ANCReConnector.fixed_residual(blocks),
     ):
         out = model(x)
-        assert torch.equal(out, ref)
+        # the fixed residual returns h_{k-1} as the shortcut: the plain loop's operations, in its order
+        assert torch.equal(out, ref)  # same kernel
         grads = torch.autograd.grad(out.pow(2).sum(), list(blocks.parameters()))
-        assert all(torch.equal(a, b) for a, b in zip(grads, grads_ref))
+        assert all(torch.equal(a, b) for a, b in zip(grads, grads_ref))  # same kernel
     assert ANCReConnector.fixed_residual(k).num_learnable == 0
 
 
@@ -123,10 +124,11 @@ def test_gradient_reaches_every_connection_coefficient():
 def test_mix_input_fixed_residual_is_plain_and_learned_mix_differs():
     blocks = _blocks(4)
     x = torch.randn(3, 8)
-    assert torch.equal(ANCReSequential(blocks, ANCReConnector.fixed_residual(4))(x), _plain(blocks, x))
+    fixed = ANCReSequential(blocks, ANCReConnector.fixed_residual(4))(x)
+    assert torch.equal(fixed, _plain(blocks, x))  # same kernel: the shortcut is h_{k-1} itself
     fixed_mix = ANCReConnector.fixed_residual(4)
     fixed_mix.mix_input = True
-    assert torch.equal(fixed_mix(x, blocks), _plain(blocks, x))
+    assert torch.equal(fixed_mix(x, blocks), _plain(blocks, x))  # same kernel
     a = ANCReSequential(blocks, init="uniform")(x)
     b = ANCReSequential(blocks, init="uniform", mix_input=True)(x)
     assert not torch.allclose(a, b)
@@ -139,7 +141,7 @@ def test_state_dict_round_trip_and_functional_call():
     x = torch.randn(5, 8)
     clone = ANCReSequential(_blocks(4, seed=1), init="residual")
     clone.load_state_dict(copy.deepcopy(model.state_dict()))
-    assert torch.equal(clone(x), model(x))
+    assert torch.equal(clone(x), model(x))  # same kernel: the same weights, loaded
     params = {k: v.detach().clone() for k, v in model.named_parameters()}
     params["connector.logits"] = torch.zeros_like(params["connector.logits"])
     out = torch.func.functional_call(model, params, (x,))
@@ -176,18 +178,24 @@ def test_bad_arguments_and_shape_changing_block():
         ANCReConnector(nn.Linear(2, 2))
 
 
-def test_torch_compile_if_available():
-    if not hasattr(torch, "compile"):
-        pytest.skip("torch.compile unavailable")
-    pytest.importorskip("torch._dynamo")
+def test_torch_compile_traces_the_connector():
+    """Dynamo traces the connector (the buffered autograd.Function included); a failure is a regression.
+
+    ``backend="eager"`` needs no C compiler, so nothing here depends on the platform: any exception from
+    tracing fails the test instead of skipping it.
+    """
     model = ANCReSequential(_blocks(3), init="uniform")
-    x = torch.randn(2, 8)
-    try:
-        compiled = torch.compile(model, backend="eager")
-        out = compiled(x)
-    except Exception as err:  # pragma: no cover - depends on the platform's compiler
-        pytest.skip(f"torch.compile not usable here: {err}")
-    assert torch.allclose(out, model(x), atol=1e-6)
+    x = torch.randn(2, 8, requires_grad=True)
+    compiled = torch.compile(model, backend="eager", fullgraph=False)
+    out = compiled(x)
+    ref = model(x)
+    # the eager backend replays the traced ops, but graph breaks may regroup them:
+    # bound: K * (K + 1 + 4 d) * eps32 * max|ref| (K = 3 blocks of width d = 8), as for the buffered mix
+    rel = 3 * (3 + 1 + 4 * 8) * torch.finfo(torch.float32).eps
+    torch.testing.assert_close(out, ref, rtol=0.0, atol=rel * float(ref.abs().max()))
+    (g,) = torch.autograd.grad(out.sum(), x)
+    (g_ref,) = torch.autograd.grad(ref.sum(), x)
+    torch.testing.assert_close(g, g_ref, rtol=0.0, atol=rel * float(g_ref.abs().max()))
 
 
 def _stacked_forward(conn, blocks, h0):
@@ -210,7 +218,7 @@ def _stacked_forward(conn, blocks, h0):
         dict(mix_input=True, init="uniform"),
     ],
 )
-def test_buffered_forward_is_bit_identical_to_stacked_shortcuts_with_gradients(kwargs):
+def test_buffered_forward_equals_stacked_shortcuts_with_gradients_within_rounding(kwargs):
     blocks = _blocks(6)
     conn = ANCReConnector(6, **kwargs)
     if isinstance(conn.logits, nn.Parameter):
@@ -220,11 +228,18 @@ def test_buffered_forward_is_bit_identical_to_stacked_shortcuts_with_gradients(k
     params = [x, *blocks.parameters()] + ([conn.logits] if conn.num_learnable else [])
     out = conn(x, blocks)
     ref = _stacked_forward(conn, blocks, x)
-    assert torch.equal(out, ref)
+    # The buffer runs the same tensordot as torch.stack, but on another tensor (a slice of a preallocated
+    # buffer), and its backward writes tensordot's two mm products out: equal on one CPU, not promised
+    # on all (BLAS kernels may depend on layout and alignment). Each of the K blocks mixes <= K + 1
+    # sources and runs LayerNorm (d terms) and two Linears (d and 2d terms):
+    # bound: |out - ref| <= K * (K + 1 + 4 d) * eps32 * max|ref|, the same for each gradient on its scale
+    K, d = len(blocks), x.shape[-1]
+    rel = K * (K + 1 + 4 * d) * torch.finfo(torch.float32).eps
+    torch.testing.assert_close(out, ref, rtol=0.0, atol=rel * float(ref.abs().max()))
     g_out = torch.autograd.grad(out.pow(2).sum(), params)
     g_ref = torch.autograd.grad(ref.pow(2).sum(), params)
     for a, b in zip(g_out, g_ref):
-        assert torch.equal(a, b)
+        torch.testing.assert_close(a, b, rtol=0.0, atol=rel * float(b.abs().max()))
 
 
 def test_buffered_forward_without_grad_and_repeated_calls():
@@ -233,5 +248,8 @@ def test_buffered_forward_without_grad_and_repeated_calls():
     x = torch.randn(3, 8)
     with torch.no_grad():
         first = conn(x, blocks)
-    assert torch.equal(first, conn(x, blocks).detach())
-    assert torch.equal(first, _stacked_forward(conn, blocks, x).detach())
+    assert torch.equal(first, conn(x, blocks).detach())  # same kernel: no_grad only skips the tape
+    ref = _stacked_forward(conn, blocks, x).detach()
+    # bound: K * (K + 1 + 4 d) * eps32 * max|ref|, as for the buffered vs stacked test above
+    rel = 4 * (4 + 1 + 4 * 8) * torch.finfo(torch.float32).eps
+    torch.testing.assert_close(first, ref, rtol=0.0, atol=rel * float(ref.abs().max()))

@@ -52,8 +52,11 @@ class _BufferedMix(torch.autograd.Function):
 
     ``sources`` are the autograd-tracked states whose detached copies fill ``b``; the forward is the same
     ``tensordot`` as over ``torch.stack(sources)`` and the backward the same two ``mm`` products as
-    ``tensordot``'s, so values and gradients equal the stacked computation bit for bit. ``b``'s rows are
-    never rewritten once read (the buffer is append-only), so it is kept without a version check.
+    ``tensordot``'s, so values and gradients equal the stacked computation within float32 rounding
+    (``K (K + 1 + 4d) eps32`` of the output's scale over K blocks of width d, tested; bit for bit on the
+    developers' Xeon, but BLAS kernels may depend on layout and alignment, so not promised on every
+    CPU). ``b``'s rows are never rewritten once read (the buffer is append-only), so it is kept without
+    a version check.
     """
 
     @staticmethod
