@@ -194,9 +194,10 @@ def test_train_step_leaves_teacher_untouched_and_cache_matches_online():
     assert all(p.grad is None for p in teacher.parameters())
     for k, v in teacher.state_dict().items():
         assert torch.equal(v, before[k])
+    # same kernel: the cache holds the teacher's logits from a call on the same rows as the online pass
     assert results[0][0] == results[1][0]
     for a, b in zip(results[0][1], results[1][1]):
-        assert torch.equal(a, b)
+        assert torch.equal(a, b)  # same kernel
     assert all(math.isfinite(v) for v in results[0][0])
 
 
@@ -293,6 +294,11 @@ def test_ce_only_skips_the_unlabelled_forward_exactly():
         parts["loss"].backward()
         opt.step()
         sched.step()
+    # train_dho's AdamW is foreach, the reference's per-tensor: different kernels (equal on the
+    # developers' Xeon, not promised on every CPU). Per step each coordinate rounds in the update
+    # (~8 operations, |update| <= lr, plus weight decay) and in p - update; doubled for the gradient's
+    # response to earlier differences: bound: |a - b| <= 2 * steps * (max|p| + 8 lr) * eps32
+    eps = torch.finfo(torch.float32).eps
     for a, b in zip(m.parameters(), ref.parameters()):
-        assert torch.equal(a, b)
-    assert torch.equal(aug_gen.get_state(), gen.get_state())
+        torch.testing.assert_close(a, b, rtol=0.0, atol=2 * 5 * (float(b.abs().max()) + 8 * 1e-2) * eps)
+    assert torch.equal(aug_gen.get_state(), gen.get_state())  # the same number of draws

@@ -56,7 +56,7 @@ def test_c0_is_pseudo_only_and_c1_is_ppi_rectified():
     lp, lh, lhp = _losses()
     zero = ABCAlignObjective(ABCConfig(correction=0.0), 5, 12)
     one = ABCAlignObjective(ABCConfig(correction=1.0), 5, 12)
-    assert torch.equal(zero(lp, lh, lhp), PseudoOnlyObjective()(lp, lh, lhp))
+    assert torch.equal(zero(lp, lh, lhp), PseudoOnlyObjective()(lp, lh, lhp))  # same kernel
     assert torch.allclose(zero(lp, lh, lhp), lp.mean())
     assert torch.allclose(one(lp, lh, lhp), lp.mean() + lh.mean() - lhp.mean())
     assert torch.allclose(make_objective("ppi", 5, 12)(lp, lh, lhp), one(lp, lh, lhp))
@@ -635,7 +635,7 @@ def test_row_window_keeps_the_latest_row_per_example(size, pushes, seed):
 
 
 def test_reward_trainer_adam_is_the_per_tensor_adam():
-    """The trainer's foreach Adam gives bit-identical parameters to torch's per-tensor Adam."""
+    """The trainer's foreach Adam gives torch's per-tensor Adam's parameters, up to float32 rounding."""
     torch.manual_seed(0)
     a = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1), nn.Flatten(0))
     b = copy.deepcopy(a)
@@ -660,5 +660,11 @@ def test_reward_trainer_adam_is_the_per_tensor_adam():
     reference.optimizer = torch.optim.Adam(b.parameters(), lr=1e-3, foreach=False)
     trainer.train(25)
     reference.train(25)
+    # foreach and per-tensor Adam are different kernels (equal on the developers' Xeon, not promised on
+    # every CPU). Per step each coordinate rounds in the update (~8 operations, |update| <= lr) and in
+    # p - update; doubled for the gradient's response to earlier differences:
+    # bound: |p - q| <= 2 * steps * (max|p| + 8 lr) * eps32
+    eps = torch.finfo(torch.float32).eps
     for p, q in zip(a.parameters(), b.parameters()):
-        assert torch.equal(p, q)
+        bound = 2 * 25 * (float(q.abs().max()) + 8 * 1e-3) * eps
+        torch.testing.assert_close(p, q, rtol=0.0, atol=bound)

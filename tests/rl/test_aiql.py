@@ -169,8 +169,12 @@ def test_a2iql_with_zero_bonus_equals_aiql_extraction_and_never_touches_the_crit
     for _ in range(3):
         adapted.update_actor(b)
         reference.actor_step(b)
+    # the same loss, but A²IQL's Adam is foreach and the reference's per-tensor (different kernels):
+    # bound: |p - q| <= 2 * steps * (max|p| + 8 lr) * eps32 (see test_abc_align's Adam test)
+    eps = torch.finfo(torch.float32).eps
     for p, q in zip(adapted.actor.parameters(), reference.actor.parameters()):
-        assert torch.equal(p, q)
+        bound = 2 * 3 * (float(q.abs().max()) + 8 * source.lr) * eps
+        torch.testing.assert_close(p, q, rtol=0.0, atol=bound)
     assert parameter_hash(source.critics, source.targets, source.value) == frozen
     # with a bonus the critic is still never changed, and the actor moves differently
     X = torch.cat([b["global"], aggregate_features(b["candidates"], b["mask"], b["action"])], 1)
