@@ -327,7 +327,7 @@ def test_router_mask_and_k1_exact_row():
     r = SemanticKNNRouter(HashingEmbedder(128), k=1).fit(prompts, arms, Q, C, mask=mask)
     for i in (0, 7, 20):
         q, c = r.estimates(prompts[i])
-        assert np.array_equal(q, Q[i]) and np.array_equal(c, C[i])
+        assert np.array_equal(q, Q[i]) and np.array_equal(c, C[i])  # same kernel (k = 1: weight 1.0)
     for lam in (0, 0.1, 1, 100):
         assert all(a in (arms[0], arms[2]) for a in r.predict(prompts, lam=lam))
 
@@ -423,7 +423,7 @@ def test_router_leave_one_out_excludes_self():
     sims = r.E @ r.E.T
     np.fill_diagonal(sims, -np.inf)
     nn = sims.argmax(1)
-    assert np.array_equal(q, Q[nn]) and np.array_equal(c, C[nn])
+    assert np.array_equal(q, Q[nn]) and np.array_equal(c, C[nn])  # same kernel (k = 1: weight 1.0)
     assert 0.0 <= r.loo_quality(0.0) <= 1.0
     with pytest.raises(ValueError, match="leave-one-out"):
         SemanticKNNRouter(HashingEmbedder(64), k=len(prompts)).fit(prompts, arms, Q, C).loo_estimates()

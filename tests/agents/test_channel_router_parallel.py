@@ -107,12 +107,12 @@ def test_two_workers_reproduce_sequential_matrices_exactly():
     Q0, C0 = evaluate_arms(tasks, arms, chans, **kw)
     Q2, C2 = parallel_evaluate(tasks, arms, chans, workers=2, start_method=FORK, **kw)
     assert Q2.shape == C2.shape == (len(tasks), len(arms)) and Q2.dtype == C2.dtype == np.float64
-    assert np.array_equal(Q0, Q2) and np.array_equal(C0, C2)
+    assert np.array_equal(Q0, Q2) and np.array_equal(C0, C2)  # same kernel: per-item work in a worker
     # the matrices are not degenerate: some arms succeed, some fail, costs differ between arms
     assert 0.0 < Q0.mean() < 1.0 and len(np.unique(C0)) > len(arms) // 2
     # one arm per block (uneven arm costs balanced dynamically) gives the same numbers too
     Qb, Cb = parallel_evaluate(tasks, arms, chans, workers=2, blocks=len(arms), start_method=FORK, **kw)
-    assert np.array_equal(Q0, Qb) and np.array_equal(C0, Cb)
+    assert np.array_equal(Q0, Qb) and np.array_equal(C0, Cb)  # same kernel: per-item work in a worker
 
 
 def test_one_worker_is_evaluate_arms_and_seed_matters():
@@ -120,7 +120,7 @@ def test_one_worker_is_evaluate_arms_and_seed_matters():
     arms = _arms(chans)[:5]
     Q1, C1 = parallel_evaluate(tasks, arms, chans, _judge(), _critic(), 1, workers=1)
     Q0, C0 = evaluate_arms(tasks, arms, chans, _judge(), _critic(), 1)
-    assert np.array_equal(Q0, Q1) and np.array_equal(C0, C1)
+    assert np.array_equal(Q0, Q1) and np.array_equal(C0, C1)  # same kernel: per-item work in a worker
     _, C9 = parallel_evaluate(tasks, arms, chans, _judge(), _critic(), 9, workers=2, start_method=FORK)
     assert not np.array_equal(C0, C9)  # a different seed draws different token counts
 
@@ -133,7 +133,7 @@ def test_parallel_equals_sequential_over_seeds_and_sizes(seed, n_items, workers)
     kw = dict(judge=_judge(), critic=_critic(), seed=seed % 1000)
     Q0, C0 = evaluate_arms(tasks, arms, chans, **kw)
     Qp, Cp = parallel_evaluate(tasks, arms, chans, workers=workers, start_method=FORK, **kw)
-    assert np.array_equal(Q0, Qp) and np.array_equal(C0, Cp)
+    assert np.array_equal(Q0, Qp) and np.array_equal(C0, Cp)  # same kernel: per-item work in a worker
 
 
 # ------------------------------------------------------------------------------------ ConcurrentSampler
@@ -181,8 +181,9 @@ def test_operators_and_evaluation_through_concurrent_channels_match():
     conc["text"].sampler("add 1 and 2", 4, 0.7)  # a live thread pool in the parent ...
     Qp, Cp = parallel_evaluate(tasks, arms, conc, _judge(), _critic(), 2, workers=2, start_method=FORK)
     conc["text"].sampler.close()
-    assert np.array_equal(Qs, Qc) and np.array_equal(Cs, Cc)
-    assert np.array_equal(Qs, Qp) and np.array_equal(Cs, Cp)  # ... is rebuilt in the forked workers
+    assert np.array_equal(Qs, Qc) and np.array_equal(Cs, Cc)  # same kernel
+    # ... is rebuilt in the forked workers
+    assert np.array_equal(Qs, Qp) and np.array_equal(Cs, Cp)  # same kernel
 
 
 # ------------------------------------------------------------------------------------ loopback server
@@ -279,5 +280,5 @@ def test_spawn_workers_with_picklable_server_channels(stub_server):
     arms = [Arm(c, op, b) for c in chans for op, b in (("single", ()), ("sc", (("n", 3),)))]
     Q0, C0 = evaluate_arms(tasks, arms, chans, seed=1)
     Qs, Cs = parallel_evaluate(tasks, arms, chans, seed=1, workers=2, start_method="spawn")
-    assert np.array_equal(Q0, Qs) and np.array_equal(C0, Cs)
+    assert np.array_equal(Q0, Qs) and np.array_equal(C0, Cs)  # same kernel: per-item work in a worker
     assert 0.0 < Q0.mean() < 1.0

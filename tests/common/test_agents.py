@@ -181,11 +181,11 @@ def test_composition_rewardflow_aem_archer_and_reductions(layouts, tok):
     plain, _ = _train(tok, layouts, make_estimator("rewardflow"))
     # AEM off (lam = 0) equals the host estimator exactly
     aem_off, _ = _train(tok, layouts, make_estimator("rewardflow"), aem_transform(AEMConfig(lam=0.0)))
-    assert torch.equal(_params(aem_off), _params(plain))
+    assert torch.equal(_params(aem_off), _params(plain))  # same kernel: lam = 0 returns the advantages
     # RewardFlow with step_weight = 0 equals GRPO exactly
     rf0, _ = _train(tok, layouts, make_estimator("rewardflow", RewardFlowConfig(step_weight=0.0)))
     grpo, _ = _train(tok, layouts, make_estimator("grpo"))
-    assert torch.equal(_params(rf0), _params(grpo))
+    assert torch.equal(_params(rf0), _params(grpo))  # same kernel: GRPO is step_weight = 0
     # Archer with its split off and the trainer's clip/KL equals the default PPO-clip loss
     archer_off = ArcherConfig.grpo(dual_clip_c=None, kl_coef_knowledge=0.01, kl_coef_reasoning=0.01)
     arch, _ = _train(
@@ -274,7 +274,9 @@ def test_two_ray_actors_give_the_same_trajectories_as_in_process(layouts, tok):
     )
     assert [t.actions for t in local.trajectories] == [t.actions for t in remote.trajectories]
     assert [t.observations for t in local.trajectories] == [t.observations for t in remote.trajectories]
-    assert torch.equal(local.response_ids, remote.response_ids) and torch.equal(local.rewards, remote.rewards)
+    # same kernel: the same policy weights and seeds in Ray workers on this machine
+    assert torch.equal(local.response_ids, remote.response_ids)  # same kernel
+    assert torch.equal(local.rewards, remote.rewards)  # same kernel
 
 
 @pytest.fixture(scope="module")

@@ -36,7 +36,7 @@ def test_newton_schulz_in_bf16_is_torchs_own_bit_for_bit():
         x = torch.randn(*shape, generator=g)
         coeffs = (3.4445, -4.775, 2.0315)
         ours = newton_schulz(x, coeffs, 5, 1e-7, torch.bfloat16)
-        assert torch.equal(ours, _zeropower_via_newtonschulz(x, coeffs, 5, 1e-7))
+        assert torch.equal(ours, _zeropower_via_newtonschulz(x, coeffs, 5, 1e-7))  # same kernel
         fp32 = newton_schulz(x, coeffs, 5, 1e-7, torch.float32)
         assert fp32.dtype == torch.float32 and (fp32 - ours.float()).abs().max() < 0.05
 
@@ -56,7 +56,7 @@ def _train(opt_cls, steps=4, **kw):
 def test_muon_at_bf16_equals_torch_muon_and_fp32_differs():
     ref, _ = _train(torch.optim.Muon)
     same, opt = _train(MuonAtPrecision, matmul_dtype=torch.bfloat16)
-    assert torch.equal(ref, same) and opt.matmul_dtype == torch.bfloat16
+    assert torch.equal(ref, same) and opt.matmul_dtype == torch.bfloat16  # same kernel: same ops, same order
     fp32, _ = _train(MuonAtPrecision, matmul_dtype=torch.float32)
     assert not torch.equal(ref, fp32) and (ref - fp32).abs().max() < 0.05
     import torch.optim._muon as m

@@ -192,7 +192,7 @@ def test_tgn_memory_only_sees_past_events():
     assert int(model.memory.last_update.max()) <= int(data.t[199])  # memory never ahead of the past
     # the batch's own events (any message) leave its scores unchanged: scoring precedes observe
     probe = model.score(batch.src, batch.dst, batch.t).detach()
-    assert torch.equal(before, probe)
+    assert torch.equal(before, probe)  # same kernel
     mem = model.memory.memory.clone()
     model.observe(batch.src, batch.dst, batch.t, batch.msg)
     assert not torch.equal(mem, model.memory.memory)  # observe updates memory afterwards
@@ -217,7 +217,7 @@ def test_tgn_training_mode_scores_ignore_current_batch_messages():
         return scores
 
     a, b = run(1.0), run(10.0)
-    assert all(torch.equal(x, y) for x, y in zip(a, b))
+    assert all(torch.equal(x, y) for x, y in zip(a, b))  # same kernel: messages after the scores
 
 
 def test_evaluate_stream_reports_metrics_and_is_deterministic():
@@ -266,7 +266,7 @@ def test_tgn_embed_matches_score_path_and_shapes():
         model.observe(b.src, b.dst, b.t, b.msg)
     nodes = torch.tensor([3, 1, 3, 7])
     z = model.embed(nodes)
-    assert z.shape == (4, 6) and torch.equal(z[0], z[2])
+    assert z.shape == (4, 6) and torch.equal(z[0], z[2])  # same kernel: one row, gathered twice
     with torch.no_grad():
         # the link score is the predictor applied to the same node embeddings
         src, dst = torch.tensor([3]), torch.tensor([7])

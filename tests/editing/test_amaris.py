@@ -114,7 +114,7 @@ def test_full_budget_equals_peft_task_arithmetic_and_zero_is_base():
 def test_state_dict_merge_endpoints(pair):
     base, spec, ms, mb = pair
     m0, rep0 = amaris_merge(base, spec, ms, mb, AmarisConfig(budget=0.0))
-    assert all(torch.equal(m0[k], base[k]) for k in base)
+    assert all(torch.equal(m0[k], base[k]) for k in base)  # same kernel: budget 0 adds nothing
     m1, _ = amaris_merge(base, spec, ms, mb, AmarisConfig(budget=1.0, max_rank_frac=1.0, eps_rel=1e-12))
     for name in ms:
         assert torch.allclose(m1[f"{name}.weight"], spec[f"{name}.weight"], atol=1e-5)

@@ -122,14 +122,14 @@ def test_steering_alpha_zero_identity_and_hook_removed(lm):
     ref = lm(input_ids=x).logits
     v = torch.randn(16)
     with ActivationSteerer(lm, 1, v, 0.0, positions="all"):
-        assert torch.equal(lm(input_ids=x).logits, ref)
+        assert torch.equal(lm(input_ids=x).logits, ref)  # same kernel
     with ActivationSteerer(lm, 0, v, 3.0, positions="all"):
         assert not torch.allclose(lm(input_ids=x).logits, ref)
-    assert torch.equal(lm(input_ids=x).logits, ref)
+    assert torch.equal(lm(input_ids=x).logits, ref)  # same kernel
     with pytest.raises(RuntimeError):
         with ActivationSteerer(lm, 0, v, 3.0, positions="all"):
             raise RuntimeError("boom")
-    assert torch.equal(lm(input_ids=x).logits, ref)  # removed on exception too
+    assert torch.equal(lm(input_ids=x).logits, ref)  # same kernel; removed on exception too
 
 
 def test_steering_rows_and_generation_positions(lm):
@@ -138,7 +138,7 @@ def test_steering_rows_and_generation_positions(lm):
     v = torch.randn(16)
     with ActivationSteerer(lm, 1, v, torch.tensor([0.0, 2.0]), positions="all"):
         out = lm(input_ids=x).logits
-    assert torch.equal(out[0], ref[0]) and not torch.allclose(out[1], ref[1])
+    assert torch.equal(out[0], ref[0]) and not torch.allclose(out[1], ref[1])  # same kernel: alpha 0 adds 0
     with ActivationSteerer(lm, 1, v, 2.0, positions="generation", prompt_lengths=torch.tensor([4, 4])):
         out = lm(input_ids=x).logits
     assert torch.allclose(out[:, :3], ref[:, :3], atol=1e-6)  # prompt positions before the last are untouched

@@ -124,4 +124,4 @@ def test_asap_crafts_the_same_update_under_every_flower_defence():
     first = crafted[DEFENCES[0]]
     assert not torch.equal(first, flatten_state(init))
     for rule, vec in crafted.items():
-        assert torch.equal(vec, first), rule
+        assert torch.equal(vec, first), rule  # same kernel

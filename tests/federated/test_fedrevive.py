@@ -73,7 +73,7 @@ def test_zero_staleness_equals_fedbuff_bit_for_bit():
     assert fb.on_update(ups[0], m1, 0) is False and fr.on_update(ups[0], m2, 0) is False
     assert fb.on_update(ups[1], m1, 0) and fr.on_update(ups[1], m2, 0)
     for k, v in m1.state_dict().items():
-        assert torch.equal(v, m2.state_dict()[k]), k
+        assert torch.equal(v, m2.state_dict()[k]), k  # same kernel: beta_bar = 0 runs FedBuff's step
     assert fr.kd_steps_done == 0
 
 

@@ -120,7 +120,7 @@ def test_plain_flower_classes_agree_with_the_wrapped_ones():
         for rule, strat in bare.items():
             a, _ = strat.aggregate_train(1, _replies(w_t + updates, examples))
             b, _ = make_defence(rule, num_malicious=2).aggregate_train(1, _replies(w_t + updates, examples))
-            np.testing.assert_array_equal(_flat(a), _flat(b))
+            np.testing.assert_array_equal(_flat(a), _flat(b))  # same kernel: the same Flower strategy
 
 
 def test_bulyan_aggregation_limits_flowers_forced_gc_to_the_young_generation(monkeypatch):

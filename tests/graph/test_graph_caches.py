@@ -51,15 +51,15 @@ def test_propagation_cache_follows_a_degree_preserving_rewiring():
     out_a = prop(x, a)
     out_b = prop(x, b)  # same node count, edge count, degrees and index sums as a
     fresh_b = GCNPropagation(K=2, cached=False)(x, b)
-    assert (out_b - fresh_b).abs().max().item() == 0.0
+    assert (out_b - fresh_b).abs().max().item() == 0.0  # same kernel: cached normalisation
     assert (out_a - out_b).abs().max().item() > 1e-3  # the rewiring really changes the output
     torch.testing.assert_close(out_b, _gcn_reference(x, b, 2))
     # back to a and an in-place rewrite of the same tensor object
-    assert torch.equal(prop(x, a), out_a)
+    assert torch.equal(prop(x, a), out_a)  # same kernel
     c = a.clone()
     prop(x, c)
     c.copy_(b)
-    assert torch.equal(prop(x, c), fresh_b)
+    assert torch.equal(prop(x, c), fresh_b)  # same kernel
 
 
 def test_propagation_cache_keys_on_edge_weights():
@@ -69,8 +69,8 @@ def test_propagation_cache_keys_on_edge_weights():
     w1 = torch.rand(a.size(1), generator=torch.Generator().manual_seed(2))
     w2 = w1.flip(0)
     prop(x, a, w1)
-    assert torch.equal(prop(x, a, w2), GCNPropagation(K=1, cached=False)(x, a, w2))
-    assert torch.equal(prop(x, a), GCNPropagation(K=1, cached=False)(x, a))
+    assert torch.equal(prop(x, a, w2), GCNPropagation(K=1, cached=False)(x, a, w2))  # same kernel
+    assert torch.equal(prop(x, a), GCNPropagation(K=1, cached=False)(x, a))  # same kernel
 
 
 def test_spiking_gcn_conv_cache_follows_rewiring():
@@ -83,7 +83,7 @@ def test_spiking_gcn_conv_cache_follows_rewiring():
     layer(x, a)
     layer.reset()
     s_b, ref_b = layer(x, b), fresh(x, b)
-    assert torch.equal(s_b, ref_b)
+    assert torch.equal(s_b, ref_b)  # same kernel: cache rebuilt
 
 
 @pytest.mark.parametrize("sparse", [False, True])
@@ -107,8 +107,8 @@ def test_gcn_mlp_structural_cache_follows_rewiring():
     got = model.embed(x, b)
     torch.manual_seed(0)
     ref = GCNMLP(5, **kw).embed(x, b)
-    assert (got - ref).abs().max().item() == 0.0
-    assert torch.equal(model.gcn_input(x, b), structural_features(b, 8, 4))
+    assert (got - ref).abs().max().item() == 0.0  # same kernel: cache rebuilt
+    assert torch.equal(model.gcn_input(x, b), structural_features(b, 8, 4))  # same kernel
 
 
 def test_gcn_mlp_structural_features_float64():
@@ -117,4 +117,4 @@ def test_gcn_mlp_structural_features_float64():
     assert f64.dtype == torch.float64
     x = torch.randn(8, 5, dtype=torch.float64)
     model = GCNMLP(5, hidden_channels=8, out_channels=4, gcn_input="structural", structural_dim=4).double()
-    assert torch.equal(model.gcn_input(x, a), f64)
+    assert torch.equal(model.gcn_input(x, a), f64)  # same kernel

@@ -81,7 +81,7 @@ def test_single_stream_identity_block_is_exactly_standard_residual():
     f = _mlp()
     x = torch.randn(3, 7, 8)
     block = MultiStreamResidual(f, 8, n_streams=1, constraint="identity", dynamic=False)
-    assert torch.equal(block(expand_streams(x, 1))[:, :, 0], x + f(x))
+    assert torch.equal(block(expand_streams(x, 1))[:, :, 0], x + f(x))  # same kernel: 1x1 identity maps
 
 
 def test_operator_transformer_single_stream_aot_equals_standard():
@@ -92,7 +92,7 @@ def test_operator_transformer_single_stream_aot_equals_standard():
     for layer in aot.layers:
         layer.set_fixed_maps(1.0, 1.0, torch.eye(1))
     u = torch.randn(2, 3, 1, 32)
-    assert torch.equal(aot(u), std(u))
+    assert torch.equal(aot(u), std(u))  # same kernel: 1x1 identity maps
 
 
 def test_dynamic_maps_depend_on_input_and_are_doubly_stochastic():
@@ -219,8 +219,8 @@ def test_unchecked_layer_path_equals_public_forward_and_errors_still_raised():
     ref = u[:, -1] + model.head(model.final_norm(collapse_streams(h))).reshape(b, -1, c, 4).permute(
         0, 2, 1, 3
     ).reshape(b, c, x)
-    assert torch.equal(out, ref)
-    assert all(torch.equal(a, r) for a, r in zip(maps, ref_maps))
+    assert torch.equal(out, ref)  # same kernel: the public forward
+    assert all(torch.equal(a, r) for a, r in zip(maps, ref_maps))  # same kernel
     with pytest.raises(ValueError, match="NaN"):
         model(torch.full((2, 3, 1, 16), float("nan")))
     with pytest.raises(ValueError, match="NaN"):

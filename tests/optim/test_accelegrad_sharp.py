@@ -332,7 +332,7 @@ def test_polar_step_precision_follows_the_cpu(monkeypatch):
     g = torch.randn(8, 5, generator=torch.Generator().manual_seed(0))
     monkeypatch.setattr(precision, "cpu_bf16_matmul", lambda: True)
     bf16 = polar_newton_schulz(g)
-    assert torch.equal(bf16, polar_newton_schulz(g, dtype=torch.bfloat16))
+    assert torch.equal(bf16, polar_newton_schulz(g, dtype=torch.bfloat16))  # same kernel: same dtype chosen
     monkeypatch.setattr(precision, "cpu_bf16_matmul", lambda: False)  # an AVX2-only CPU
     fp32 = polar_newton_schulz(g)
     assert torch.equal(fp32, polar_newton_schulz(g, dtype=torch.float32)) and not torch.equal(fp32, bf16)

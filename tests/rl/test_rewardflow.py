@@ -125,10 +125,10 @@ def test_no_success_group_reduces_to_grpo_and_step_weight_zero_is_grpo():
     assert all((v == 0).all() for v in values[:2])
     rf = trajectory_advantages(fail + win, "rewardflow")
     grpo = trajectory_advantages(fail + win, "grpo")
-    np.testing.assert_array_equal(rf[:3], grpo[:3])  # the failed group's rows
-    np.testing.assert_array_equal(grpo, _grpo_mean_norm(fail + win))
+    np.testing.assert_array_equal(rf[:3], grpo[:3])  # same kernel; the failed group's rows
+    np.testing.assert_array_equal(grpo, _grpo_mean_norm(fail + win))  # same kernel: same numpy ops
     off = trajectory_advantages(fail + win, "rewardflow", RewardFlowConfig(step_weight=0.0))
-    np.testing.assert_array_equal(off, grpo)
+    np.testing.assert_array_equal(off, grpo)  # same kernel: GRPO is step_weight = 0
     assert not np.array_equal(rf[3:], grpo[3:])
 
 

@@ -87,15 +87,16 @@ def test_init_3d_equals_2d_and_disabled_equals_backbone():
     branch = SpatialLoRABranch(vit, _lora(), NAMES)
     x = _batch()["rgb"]
     out = branch(x)
-    assert torch.equal(out.tokens_2d, out.tokens_3d)
+    assert torch.equal(out.tokens_2d, out.tokens_3d)  # same kernel: zero LoRA B adds 0
     for n in NAMES:
-        assert torch.equal(out.attn_2d[n], out.attn_3d[n])
+        assert torch.equal(out.attn_2d[n], out.attn_3d[n])  # same kernel
     _randomise_lora(branch)
     out = branch(x)
     assert not torch.allclose(out.tokens_2d, out.tokens_3d)  # adapters now matter on the 3-D path
     with torch.no_grad():
         expected = ref(pixel_values=x).last_hidden_state[:, 1:]
-    assert torch.equal(out.tokens_2d, expected)  # adapters disabled = the unwrapped backbone exactly
+    # adapters disabled = the unwrapped backbone exactly
+    assert torch.equal(out.tokens_2d, expected)  # same kernel
 
 
 def test_recorder_matches_output_attentions_and_validates():
@@ -104,7 +105,7 @@ def test_recorder_matches_output_attentions_and_validates():
     with AttentionRecorder(vit, NAMES) as rec:
         out = vit(pixel_values=x, output_attentions=True)
     for i, n in enumerate(NAMES):
-        assert torch.equal(rec.attn[n], out.attentions[i])
+        assert torch.equal(rec.attn[n], out.attentions[i])  # same kernel: recorded in the same pass
     with pytest.raises(ValueError, match="layer_names"):
         AttentionRecorder(vit, ["layers.9.attention"])
     with pytest.raises(ValueError, match="layer_names"):

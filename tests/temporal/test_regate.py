@@ -155,9 +155,9 @@ def test_gate_update_is_bounded_and_exact_without_tokens(seed, rho):
     assert torch.allclose(attn.sum(1)[tb.mask.any(1)], torch.ones(int(tb.mask.any(1).sum())))
     empty = _batch(seed=seed)
     empty.mask[:] = False
-    assert torch.equal(gate(h, empty)[0], h)
+    assert torch.equal(gate(h, empty)[0], h)  # same kernel: no evidence: h returned
     zero = _batch(seed=seed, conf=torch.zeros(5, 4))
-    assert torch.equal(gate(h, zero)[0], h)
+    assert torch.equal(gate(h, zero)[0], h)  # same kernel
 
 
 def test_gate_permutation_and_batch_invariance():
@@ -274,7 +274,7 @@ def test_regate_scores_are_time_causal(cut_frac):
     (a,) = stream_risk_scores(model, [world.data], store, 50)
     (b,) = stream_risk_scores(model, [world.data], _edit_future(store, cut, 1), 50)
     before = world.data.t < cut
-    assert torch.equal(a[before], b[before])
+    assert torch.equal(a[before], b[before])  # same kernel: same batches before the cut
     assert not torch.equal(a, b)  # the edit does matter later, so the check can fail
 
 

@@ -280,7 +280,7 @@ def test_cross_phase_without_teacher_is_reconstruction_only(data):
     torch.manual_seed(9)
     a = with_t(b, enc)
     torch.manual_seed(9)
-    assert torch.equal(a, without(b, enc))
+    assert torch.equal(a, without(b, enc))  # same kernel: the teacher is unused
 
 
 def test_info_nce_symmetric_and_log_b():
@@ -316,7 +316,7 @@ def test_pathology_ignores_minus_one(data):
     other = {k: v.clone() for k, v in labels.items()}
     other["malignant"][:0] = 0
     other["T"][:3] = -1
-    assert torch.equal(path({**b, "pathology": other}, enc), base)
+    assert torch.equal(path({**b, "pathology": other}, enc), base)  # same kernel
     changed = {k: v.clone() for k, v in labels.items()}
     changed["T"][3] = (changed["T"][3] + 1) % 4
     assert not torch.equal(path({**b, "pathology": changed}, enc), base)
@@ -421,7 +421,7 @@ def test_stage_one_only_equals_plain_mim(data):
         loss.backward()
         opt.step()
     for (k, a), b in zip(enc.state_dict().items(), enc_ref.state_dict().values()):
-        assert torch.equal(a, b), k
+        assert torch.equal(a, b), k  # same kernel
 
 
 def test_missing_modality_is_skipped_and_logged(data):
@@ -447,7 +447,7 @@ def test_checkpoint_per_stage_and_resume_from_stage_3(data, tmp_path, backend):
     resumed.load_state_dict(torch.load(tmp_path / "stage_1.pt"))
     resumed.fit(_loader(data))
     for (k, a), b in zip(full.state_dict()["encoder"].items(), resumed.state_dict()["encoder"].values()):
-        assert torch.equal(a, b), k
+        assert torch.equal(a, b), k  # same kernel: resumed: same steps
 
 
 # ----------------------------------------------------------------------------- data
