@@ -502,6 +502,10 @@ def judge_declared(
         else:
             chosen = next(h for h in primary_results if h["verdict"] != REPRODUCED)
         verdict, reason, deciding = chosen["verdict"], chosen["reason"], chosen["deciding"]
+        if reason == "evidence":  # nothing decides: name the first cost criterion the headline reports, if any
+            named = [k for h in (heads_for_verdict[i] for i in primary_idx) for k in h.criteria]
+            costs = [k for k in named if judged.get(k, {}).get("kind") == "cost"]
+            deciding = costs[0] if costs else deciding
     return {
         "verdict": verdict,
         "verdict_reason": reason,

@@ -11,10 +11,13 @@ finished seeds. Every file is written to a temporary name and renamed into place
 Result schema (version 2)
 -------------------------
 ``schema``: 2; ``slug``; ``title``; ``paper`` (seed file and paragraph); ``claim`` (text);
-``profile``; ``seeds`` (list); ``method``; ``baselines``; ``references``; ``verdict``;
-``verdict_reason`` (``testbed``, ``error``, ``criteria``, ``spread``, ``evidence``); ``deciding``
-(key of the deciding criterion); ``premises`` and ``criteria`` (lists of ``{key, kind, text, data,
-verdict, numbers[, error]}``); ``headlines`` (``{text, criteria, untested, verdicts, status}``);
+``profile``; ``seeds`` (list); ``method``; ``baselines``; ``references``; ``verdict`` (the primary
+headline's, rule version 3: :mod:`neurips26.claims.base`); ``verdict_reason`` (``testbed``, ``error``,
+``error-suspect``, ``criteria``, ``spread``, ``evidence``, ``design``, ``testbed: floor``, ``constant``);
+``deciding`` (key of the deciding criterion); ``rule_version``; ``primary`` (texts of the primary
+headlines); ``premises`` and ``criteria`` (lists of ``{key, kind, text, data, verdict, numbers, reason[,
+stat_verdict, reason_detail, diagnosis, error]}``); ``headlines`` (``{text, criteria, untested, primary,
+verdicts, status, verdict, reason, deciding, holm}``); ``implicit_headline``;
 ``items`` (evaluation items per seed behind a metric, this profile); ``metrics``
 (``name -> arm -> [per-seed]``); ``curves`` (``name -> arm -> [per-seed list]``); ``info``
 (``[per-seed dict]``); ``wall_s`` (this run) and ``cold_wall_s`` (this run plus the recorded build
@@ -27,7 +30,10 @@ captured when the run starts, with the 1-minute load average); ``load_avg_1m_end
 ``glossary``; ``command``.
 
 Per-seed partials carry the provenance hashes; a partial written by other claim code or another
-config is discarded, never mixed into a result.
+config is discarded, never mixed into a result. ``claim_hash`` covers the claim's static import closure
+(:func:`module_closure`) plus the decision rule; a reused result is re-judged by the current rule
+(:func:`neurips26.claims.base.rejudge`, which keeps the file's own verdict under ``recorded``);
+``command`` names the seeds, so it regenerates the result exactly.
 """
 
 from __future__ import annotations
