@@ -345,3 +345,121 @@ def test_trl_trainer_trains_tiny_model(tmp_path):
     assert logs and all(0.0 <= h["archer/reasoning_frac"] <= 0.5 for h in logs)
     changed = any(not torch.equal(p.detach(), before[n]) for n, p in trainer.model.named_parameters())
     assert changed
+
+
+def _tiny_trainer(tmp_path, name, *, policy_loss, archer_config=None, **grpo_fields):
+    """An ArcherGRPOTrainer on a tiny config-built Llama (same weights for every call)."""
+    datasets = pytest.importorskip("datasets")
+    from trl import GRPOConfig
+
+    from neurips26.common.models import build_tiny_lm
+    from neurips26.common.tokenizers import char_tokenizer
+    from neurips26.rl.archer import ArcherGRPOTrainer
+
+    tok = char_tokenizer("0123456789+= ")
+    model = build_tiny_lm("llama", vocab_size=len(tok), seed=0, hidden_size=32, intermediate_size=64)
+    model.save_pretrained(tmp_path / "init")
+    model.config._name_or_path = str(tmp_path / "init")
+    args = GRPOConfig(
+        output_dir=str(tmp_path / name),
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=6,
+        max_steps=1,
+        report_to=[],
+        use_cpu=True,
+        save_strategy="no",
+        seed=0,
+        bf16=False,  # TRL defaults to bf16 autocast; compare in fp32
+        use_bias_correction_kl=False,  # TRL's default multiplies the k3 KL by the ratio; GRPO's k3 does not
+        gradient_checkpointing=False,
+        disable_tqdm=True,
+        **grpo_fields,
+    )
+    data = datasets.Dataset.from_dict({"prompt": ["1+1=", "2+2="]})
+    return ArcherGRPOTrainer(
+        model=model,
+        reward_funcs=lambda completions, **_: [0.0] * len(completions),
+        args=args,
+        train_dataset=data,
+        processing_class=tok,
+        archer_config=archer_config,
+        policy_loss=policy_loss,
+    )
+
+
+def _trainer_inputs(seed=0, B=6, P=4, T=7, vocab=17):
+    """A hand-made GRPO micro-batch: ratios away from 1 (clipping acts), varied lengths, a reference."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.tensor([T, T - 2, 1, T - 1, 3, T])[:B]
+    completion_mask = (torch.arange(T)[None] < lengths[:, None]).long()
+    return {
+        "prompt_ids": torch.randint(4, vocab, (B, P), generator=g),
+        "prompt_mask": torch.ones(B, P, dtype=torch.long),
+        "completion_ids": torch.randint(4, vocab, (B, T), generator=g),
+        "completion_mask": completion_mask,
+        "advantages": torch.randn(B, generator=g),
+        "num_items_in_batch": completion_mask.sum(),
+        "_noise": (0.4 * torch.randn(B, T, generator=g), 0.3 * torch.randn(B, T, generator=g)),
+    }
+
+
+def _loss_and_grads(trainer, inputs):
+    trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 1  # set by Trainer.train() otherwise
+    with torch.no_grad():  # behaviour and reference log-probs: the current policy plus fixed noise
+        ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1)
+        att = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1)
+        logps, _, _ = trainer._get_per_token_logps_and_entropies(
+            trainer.model, ids, att, inputs["completion_ids"].size(1)
+        )
+    old_noise, ref_noise = inputs["_noise"]
+    batch = {k: v for k, v in inputs.items() if k != "_noise"}
+    batch.update(old_per_token_logps=logps + old_noise, ref_per_token_logps=logps + ref_noise)
+    trainer.model.zero_grad(set_to_none=True)
+    loss = trainer._compute_loss(trainer.model, batch)
+    loss.backward()
+    grads = {n: p.grad.detach().clone() for n, p in trainer.model.named_parameters() if p.grad is not None}
+    return loss.detach(), grads
+
+
+@pytest.mark.parametrize(
+    ("preset", "trl_fields"),
+    [
+        ("grpo", dict(loss_type="bnpo", beta=1e-3, epsilon=0.2, epsilon_high=0.2)),
+        ("dapo", dict(loss_type="dapo", beta=0.0, epsilon=0.2, epsilon_high=0.28)),
+    ],
+)
+def test_trainer_with_extra_terms_off_equals_trl_loss(tmp_path, preset, trl_fields):
+    """ArcherGRPOTrainer with the Archer terms off (no entropy split, one clip range, uniform KL,
+    no dual clip, token-mean) gives TRL's own loss (policy_loss="trl", same class; k3 KL without
+    TRL's ratio correction, as the claim's arms run) on the same micro-batch: loss and every
+    parameter gradient.
+
+    Bound: both are fp32 sums over <= 42 tokens of O(1) terms, computed in a different order
+    (Archer upcasts and clamps the log-ratio at +-20 and the KL at +-10, neither binding here), so they
+    differ by a few fp32 ulps: atol 1e-6 on the loss and on gradients (|g| <= ~1), rtol 1e-5."""
+    config = getattr(ArcherConfig, preset)(dual_clip_c=None, loss_agg="token-mean")
+    archer = _tiny_trainer(tmp_path, "archer", policy_loss="archer", archer_config=config, **trl_fields)
+    trl = _tiny_trainer(tmp_path, "trl", policy_loss="trl", **trl_fields)
+    assert archer.beta == trl.beta == trl_fields["beta"]
+    inputs = _trainer_inputs(seed=1)  # a batch where the widened clip acts on some reasoning tokens
+    loss_a, grads_a = _loss_and_grads(archer, inputs)
+    loss_t, grads_t = _loss_and_grads(trl, inputs)
+    assert archer.loss_calls == trl.loss_calls == 1
+    torch.testing.assert_close(loss_a, loss_t, atol=1e-6, rtol=1e-5)
+    assert grads_a.keys() == grads_t.keys() and grads_a
+    for name in grads_a:
+        torch.testing.assert_close(grads_a[name], grads_t[name], atol=1e-6, rtol=1e-5, msg=name)
+    # the full Archer loss differs on the same batch (the constraints act)
+    full = _tiny_trainer(tmp_path, "full", policy_loss="archer", archer_config=ArcherConfig(), **trl_fields)
+    _, grads_f = _loss_and_grads(full, inputs)
+    diff = sum(float((grads_f[n] - grads_t[n]).norm() ** 2) for n in grads_t) ** 0.5
+    norm = sum(float(grads_t[n].norm() ** 2) for n in grads_t) ** 0.5
+    assert full._metrics["train"]["archer/clip_widened_frac"][-1] > 0
+    assert full.loss_calls == 1 and diff > 1e-2 * norm, (diff, norm)
+
+
+def test_trainer_rejects_unknown_policy_loss(tmp_path):
+    with pytest.raises(ValueError, match="policy_loss"):
+        _tiny_trainer(tmp_path, "bad", policy_loss="ppo")

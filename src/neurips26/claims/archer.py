@@ -4,30 +4,37 @@ Protocol (per seed): (a) a 2-layer Llama (hidden 64, character vocabulary) is tr
 by supervised fine-tuning on mini-countdown (numbers in [1, 4]) traces, 8 independent draws per
 training problem, 30% of which make one wrong operator/operand choice (still arithmetically
 correct); the checkpoint is cached, shared by every arm and reported as the reference arm ``sft``.
-(b) Each arm runs RL from that checkpoint with the identical budget: per step 16 training prompts
-(the same prompts for every arm) x G = 8 samples at temperature 1, group-normalised advantages,
-2 PPO epochs x 2 mini-batches, Adam at lr 1e-4. Arms differ only in the token-level loss:
+(b) Each arm trains from that checkpoint through :class:`neurips26.rl.archer.ArcherGRPOTrainer`
+(TRL's ``GRPOTrainer`` loop: generation, rewards, group advantages, reference model, PPO
+iterations) with the identical budget: per RL step 16 training prompts (the same prompt order for
+every arm) x G = 8 samples at temperature 1, 2 PPO epochs x 2 mini-batches, AdamW (no weight decay)
+at lr 1e-4. Arms differ only in the token-level loss:
 
-* ``archer``: :func:`neurips26.rl.archer.archer_policy_loss` with the paper's defaults
-  (per-response 0.8 entropy quantile; clip 0.5/0.5 on reasoning, 0.2/0.2 on knowledge tokens; k3 KL
-  1e-3 on knowledge tokens only; dual-clip c = 10; token-mean).
-* ``grpo``: the same loss with the split disabled (clip 0.2/0.2 and KL 1e-3 on every token).
-* ``dapo``: DAPO-lite, clip-higher 0.2/0.28, no KL, token-mean (no dynamic sampling).
-* ``high_entropy_only``: DAPO-lite surrogate restricted to the same high-entropy tokens as Archer
-  (knowledge tokens get no gradient), the isolation baseline.
+* ``archer``: ``policy_loss="archer"``, :func:`neurips26.rl.archer.archer_policy_loss` with the
+  paper's defaults (per-response 0.8 entropy quantile; clip 0.5/0.5 on reasoning, 0.2/0.2 on
+  knowledge tokens; k3 KL 1e-3 on knowledge tokens only; dual clip c = 10; token-mean).
+* ``grpo``: ``policy_loss="trl"``, TRL's loss with ``loss_type="bnpo"`` (token-mean, as Archer),
+  clip 0.2/0.2 and k3 KL 1e-3 on every token: Archer with its extra terms off (tested equal).
+* ``dapo``: ``policy_loss="trl"``, TRL's ``loss_type="dapo"``, clip-higher 0.2/0.28, no KL (no
+  dynamic sampling).
+* ``high_entropy_only`` (opt-in arm, not in the judged profiles): TRL's DAPO loss with
+  ``top_entropy_quantile=0.2``, the isolation baseline.
 
-Premises: the SFT start is in the spec's 25-45 % pass@1 band, and GRPO raises held-out pass@1 by
-at least 0.05 over it. Evaluation on held-out problems: pass@1 (mean over 8 samples at T = 1),
-unbiased pass@8, and arithmetic correctness of every emitted equation (knowledge retention).
+Premises: GRPO raises held-out pass@1 by at least 0.05 over the SFT start and stays below 0.9
+(not at its ceiling); the regime occurs (high-entropy tokens exist: the reasoning class has at least
+twice the mean entropy of the knowledge class; Archer's widened clip and knowledge-token KL act).
+Evaluation on held-out problems: pass@1 (mean over 8 samples at T = 1), unbiased pass@8, and
+arithmetic correctness of every emitted equation (knowledge retention).
 """
 
 from __future__ import annotations
 
-import copy
 import logging
 import math
 import random
+import shutil
 import statistics
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -37,21 +44,15 @@ import torch
 from neurips26.claims.base import AtLeast, AtMost, Better, Claim, Headline, SeedResult
 from neurips26.claims.plotting import pyplot, save_figure
 from neurips26.common.models import build_tiny_lm, count_parameters
-from neurips26.common.rollouts import mean_pass_at_k, sample, sample_groups, score_completions
+from neurips26.common.rollouts import mean_pass_at_k, sample
 from neurips26.common.tasks import MiniCountdown
 from neurips26.common.tokenizers import ARITHMETIC_ALPHABET, char_tokenizer
 from neurips26.common.training import train_or_load
-from neurips26.rl.archer import (
-    ArcherConfig,
-    archer_policy_loss,
-    entropy_from_logits,
-    grpo_advantages,
-    high_entropy_only_loss,
-)
+from neurips26.rl.archer import ArcherConfig, archer_policy_loss, entropy_from_logits
 from neurips26.rl.losses import policy_loss
 
 METHOD = "archer"
-BASELINES = ("grpo", "dapo", "high_entropy_only")
+BASELINES = ("grpo", "dapo")
 ARMS = (METHOD, *BASELINES)
 REFERENCE = "sft"  # the shared SFT start, reported as a reference arm
 LOG = logging.getLogger(__name__)
@@ -63,22 +64,32 @@ MODEL = dict(
     num_key_value_heads=4,
     max_position_embeddings=32,
 )
-#: Arms whose loss has a KL term (the frozen reference is scored only for them).
-KL_ARMS = ("archer", "grpo")
-
-
-def _arm_loss(arm: str):
-    if arm == "archer":
-        cfg = ArcherConfig()
-    elif arm == "grpo":
-        cfg = ArcherConfig.grpo()
-    elif arm == "dapo":
-        cfg = ArcherConfig.dapo()
-    elif arm == "high_entropy_only":
-        return lambda lp, old, adv, mask, ent, ref: high_entropy_only_loss(lp, old, adv, mask, ent, ref)
-    else:
-        raise ValueError(f"unknown arm {arm!r}")
-    return lambda lp, old, adv, mask, ent, ref: archer_policy_loss(lp, old, adv, mask, ent, ref, cfg)
+#: The loss of every arm, as ArcherGRPOTrainer settings: ``policy_loss`` and the GRPOConfig fields
+#: that differ between arms (everything else, the budget included, is shared: :func:`grpo_args`).
+ARM_SETTINGS: dict[str, dict[str, Any]] = {
+    "archer": {
+        "policy_loss": "archer",
+        "grpo": {"loss_type": "bnpo", "beta": 1e-3, "epsilon": 0.2, "epsilon_high": 0.2},
+    },
+    "grpo": {
+        "policy_loss": "trl",
+        "grpo": {"loss_type": "bnpo", "beta": 1e-3, "epsilon": 0.2, "epsilon_high": 0.2},
+    },
+    "dapo": {
+        "policy_loss": "trl",
+        "grpo": {"loss_type": "dapo", "beta": 0.0, "epsilon": 0.2, "epsilon_high": 0.28},
+    },
+    "high_entropy_only": {
+        "policy_loss": "trl",
+        "grpo": {
+            "loss_type": "dapo",
+            "beta": 0.0,
+            "epsilon": 0.2,
+            "epsilon_high": 0.28,
+            "top_entropy_quantile": 0.2,
+        },
+    },
+}
 
 
 def _sft_model(task: MiniCountdown, tokenizer, config: dict[str, Any], seed: int):
@@ -165,123 +176,146 @@ def evaluate(
     }
 
 
+def grpo_args(arm: str, config: dict[str, Any], seed: int, output_dir: str):
+    """The ``trl.GRPOConfig`` of ``arm``: the shared budget plus the arm's loss fields."""
+    from trl import GRPOConfig
+
+    G, minibatches = config["group_size"], config["minibatches"]
+    rows = config["prompts_per_step"] * G
+    if rows % minibatches:
+        raise ValueError(f"prompts_per_step * group_size ({rows}) must be divisible by minibatches")
+    updates = minibatches * config["ppo_epochs"]  # optimizer steps per RL (generation) step
+    return GRPOConfig(
+        output_dir=output_dir,
+        per_device_train_batch_size=rows // minibatches,
+        gradient_accumulation_steps=1,
+        steps_per_generation=minibatches,
+        num_generations=G,
+        num_iterations=config["ppo_epochs"],
+        max_steps=config["rl_steps"] * updates,
+        learning_rate=config["rl_lr"],
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        weight_decay=0.0,
+        max_grad_norm=1.0,
+        optim="adamw_torch",
+        max_completion_length=config["max_new_tokens"],
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,
+        bf16=False,  # TRL's default is bf16 autocast: the tiny model trains in fp32 on CPU
+        use_bias_correction_kl=False,  # plain k3 (GRPO's and Archer's); TRL's default multiplies it by the ratio
+        gradient_checkpointing=False,
+        logging_steps=updates,
+        report_to=[],
+        use_cpu=True,
+        save_strategy="no",
+        seed=seed,
+        data_seed=seed,
+        disable_tqdm=True,
+        **ARM_SETTINGS[arm]["grpo"],
+    )
+
+
+def make_trainer(
+    arm: str, policy, tokenizer, task: MiniCountdown, config: dict[str, Any], seed: int, output_dir: str
+):
+    """An :class:`~neurips26.rl.archer.ArcherGRPOTrainer` for ``arm`` on ``task``'s training prompts.
+
+    ``policy`` must carry the SFT checkpoint folder in ``config._name_or_path`` (TRL loads the frozen
+    reference model from it when the arm has a KL term).
+    """
+    import datasets
+    from transformers.trainer_callback import PrinterCallback
+
+    from neurips26.rl.archer import ArcherGRPOTrainer
+
+    problems = task.train
+    data = datasets.Dataset.from_dict(
+        {"prompt": [p.prompt for p in problems], "problem": list(range(len(problems)))}
+    )
+
+    def countdown_reward(completions, problem, **_):
+        return [task.reward(problems[i], text) for i, text in zip(problem, completions)]
+
+    settings = ARM_SETTINGS[arm]
+    torch.manual_seed(seed)  # TRL's Trainer seeds again from args.seed; generation draws from it
+    trainer = ArcherGRPOTrainer(
+        model=policy,
+        reward_funcs=countdown_reward,
+        args=grpo_args(arm, config, seed, output_dir),
+        train_dataset=data,
+        processing_class=tokenizer,
+        archer_config=ArcherConfig() if settings["policy_loss"] == "archer" else None,
+        policy_loss=settings["policy_loss"],
+    )
+    trainer.remove_callback(PrinterCallback)
+    return trainer
+
+
+#: TRL log keys -> curve names (Archer logs its own entropy and class metrics under ``archer/``).
+_CURVES = {
+    "reward": "reward",
+    "entropy": "entropy",
+    "archer/entropy": "entropy",
+    "archer/reasoning_frac": "reasoning_frac",
+    "archer/clipfrac_reasoning": "clipfrac_reasoning",
+    "archer/clipfrac_knowledge": "clipfrac_knowledge",
+    "archer/clip_widened_frac": "clip_widened_frac",
+    "archer/kl_knowledge": "kl_knowledge",
+    "archer/kl_reasoning": "kl_reasoning",
+    "archer/entropy_reasoning": "entropy_reasoning",
+    "archer/entropy_knowledge": "entropy_knowledge",
+    "kl": "kl",
+    "clip_ratio/region_mean": "clipfrac",
+}
+
+
 def _rl(arm: str, sft, tokenizer, task: MiniCountdown, config: dict[str, Any], seed: int) -> dict[str, Any]:
-    policy = copy.deepcopy(sft)
-    for p in policy.parameters():
-        p.requires_grad_(True)
-    ref = sft
-    ref.eval()
-    for p in ref.parameters():
-        p.requires_grad_(False)
-    optimizer = torch.optim.Adam(policy.parameters(), lr=config["rl_lr"])
-    loss_fn = _arm_loss(arm)
-    G, n_prompts = config["group_size"], config["prompts_per_step"]
-    rng = random.Random(seed + 1)  # same prompt sequence for every arm
-    curves: dict[str, list[float]] = {
-        k: []
-        for k in (
-            "reward",
-            "entropy",
-            "reasoning_frac",
-            "clipfrac_reasoning",
-            "clipfrac_knowledge",
-            "kl_knowledge",
-            "kl_reasoning",
-        )
-    }
-    rollout_time = rollout_tokens = train_time = 0.0
-    finite = True
-    for step in range(config["rl_steps"]):
-        problems = rng.sample(task.train, n_prompts)
-        policy.eval()
-        roll = sample_groups(
-            policy,
-            tokenizer,
-            [p.prompt for p in problems],
-            lambda i, text, ps=problems: task.reward(ps[i], text),
-            group_size=G,
-            max_new_tokens=config["max_new_tokens"],
-            temperature=1.0,
-            seed=seed * 100_003 + step,
-        )
-        rollout_time += roll.stats["seconds"]
-        rollout_tokens += roll.stats["new_tokens"]
+    """Train ``arm`` from the SFT checkpoint through ArcherGRPOTrainer; return model, curves, timing."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    policy = load_sft(sft)
+    output_dir = tempfile.mkdtemp(prefix=f"archer-{arm}-")
+    try:
+        trainer = make_trainer(arm, policy, tokenizer, task, config, seed, output_dir)
         t0 = time.perf_counter()
-        adv = grpo_advantages(roll.rewards, G)
-        # Behaviour log-probs are those recorded while sampling (same policy, temperature 1); the
-        # frozen reference is scored only for the arms whose loss has a KL term.
-        old = roll.logprobs
-        ref_lp = None
-        if arm in KL_ARMS:
-            with torch.no_grad():
-                ref_lp = score_completions(
-                    ref, roll.prompt_ids, roll.prompt_mask, roll.completion_ids, roll.completion_mask
-                )["logprobs"]
-        policy.train()
-        stats: dict[str, list[float]] = {}
-        n_rows = len(roll)
-        mb = n_rows // config["minibatches"]
-        for _epoch in range(config["ppo_epochs"]):
-            order = torch.randperm(
-                n_rows, generator=torch.Generator().manual_seed(seed * 31 + step * 7 + _epoch)
-            )
-            for m in range(config["minibatches"]):
-                idx = order[m * mb : (m + 1) * mb]
-                out = score_completions(
-                    policy,
-                    roll.prompt_ids[idx],
-                    roll.prompt_mask[idx],
-                    roll.completion_ids[idx],
-                    roll.completion_mask[idx],
-                    return_logits=True,
-                )
-                entropy = entropy_from_logits(out["logits"])
-                loss, metrics = loss_fn(
-                    out["logprobs"],
-                    old[idx],
-                    adv[idx],
-                    roll.completion_mask[idx],
-                    entropy,
-                    None if ref_lp is None else ref_lp[idx],
-                )
-                finite &= bool(torch.isfinite(loss))
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
-                optimizer.step()
-                for key, value in metrics.items():
-                    stats.setdefault(key, []).append(value)
-        train_time += time.perf_counter() - t0
-        curves["reward"].append(float(roll.rewards.mean()))
-        if step % 10 == 0:
-            LOG.info(
-                "%s step %d reward %.3f entropy %.3f",
-                arm,
-                step,
-                curves["reward"][-1],
-                float(roll.entropy[roll.completion_mask].mean()),
-            )
-        curves["entropy"].append(float(roll.entropy[roll.completion_mask].mean()))
-        for key in (
-            "reasoning_frac",
-            "clipfrac_reasoning",
-            "clipfrac_knowledge",
-            "kl_knowledge",
-            "kl_reasoning",
-        ):
-            value = statistics.fmean(stats[key])
-            if math.isfinite(value):  # KL is not measured for the arms without a reference (NaN)
-                curves[key].append(value)
-    curves = {k: v for k, v in curves.items() if v}
-    policy.eval()
+        trainer.train()
+        seconds = time.perf_counter() - t0
+    finally:
+        shutil.rmtree(output_dir, ignore_errors=True)
+    curves: dict[str, list[float]] = {}
+    for entry in trainer.state.log_history:
+        for key, name in _CURVES.items():
+            if key in entry and "train_runtime" not in entry:
+                curves.setdefault(name, []).append(float(entry[key]))
+    finite = all(math.isfinite(float(e["loss"])) for e in trainer.state.log_history if "loss" in e)
+    model = trainer.model
+    model.eval()
     return {
-        "model": policy,
+        "model": model,
         "curves": curves,
         "finite": finite,
-        "rollout_tokens_per_s": rollout_tokens / max(rollout_time, 1e-9),
-        "train_step_s": train_time / config["rl_steps"],
-        "rollout_s": rollout_time / config["rl_steps"],
+        "trainer_class": type(trainer).__qualname__,
+        "policy_loss": trainer.policy_loss,
+        "loss_calls": trainer.loss_calls,
+        "optimizer_steps": trainer.state.global_step,
+        "train_s": seconds,
+        "step_s": seconds / config["rl_steps"],
     }
+
+
+def load_sft(sft):
+    """A trainable copy of the SFT checkpoint (``sft`` is the checkpoint folder)."""
+    from neurips26.common.training import load_checkpoint
+
+    policy = load_checkpoint(sft)
+    policy.config._name_or_path = str(sft)
+    policy.train()
+    for p in policy.parameters():
+        p.requires_grad_(True)
+    return policy
 
 
 def loss_overhead(
@@ -320,7 +354,7 @@ _SHARED: dict[str, Any] = {}
 
 
 def _arm_result(arm, sft, tokenizer, task, config, seed, problems) -> tuple[dict[str, float], dict[str, Any]]:
-    """RL one arm from the SFT checkpoint and evaluate it; returns (eval, RL record without model)."""
+    """RL one arm from the SFT checkpoint folder and evaluate it; returns (eval, RL record without model)."""
     out = _rl(arm, sft, tokenizer, task, config, seed)
     ev = evaluate(
         out.pop("model"), tokenizer, task, problems, config["eval_samples"], config["max_new_tokens"], seed
@@ -336,6 +370,22 @@ def _arm_job(arm: str) -> tuple[dict[str, float], dict[str, Any]]:
 
 def run(config: dict[str, Any], seed: int) -> SeedResult:
     return _run_inner(config, seed)
+
+
+def _budget(config: dict[str, Any], seed: int) -> dict[str, Any]:
+    """The budget every arm gets (recorded per arm; identical by construction)."""
+    return {
+        "steps": config["rl_steps"],
+        "optimizer_steps": config["rl_steps"] * config["minibatches"] * config["ppo_epochs"],
+        "prompts_per_step": config["prompts_per_step"],
+        "group_size": config["group_size"],
+        "ppo_epochs": config["ppo_epochs"],
+        "minibatches": config["minibatches"],
+        "max_new_tokens": config["max_new_tokens"],
+        "lr_grid": [config["rl_lr"]],
+        "seed": seed,
+        "trainer": "ArcherGRPOTrainer",
+    }
 
 
 def _run_inner(config: dict[str, Any], seed: int) -> SeedResult:
@@ -354,7 +404,6 @@ def _run_inner(config: dict[str, Any], seed: int) -> SeedResult:
         "arith_correct": {REFERENCE: sft_eval["arith_correct"]},
         "final_entropy": {REFERENCE: sft_eval["entropy"]},
         "reward_gain": {},
-        "reasoning_frac": {},
     }
     curves: dict[str, dict[str, list[float]]] = {}
     info: dict[str, Any] = {
@@ -367,18 +416,10 @@ def _run_inner(config: dict[str, Any], seed: int) -> SeedResult:
         },
         "params": count_parameters(sft),
         "arms": {},
-        "budget": {
-            arm: {
-                "steps": config["rl_steps"],
-                "prompts_per_step": config["prompts_per_step"],
-                "group_size": config["group_size"],
-                "ppo_epochs": config["ppo_epochs"],
-                "minibatches": config["minibatches"],
-                "lr_grid": [config["rl_lr"]],
-            }
-            for arm in config["arms"]
-        },
+        "budget": {arm: _budget(config, seed) for arm in config["arms"]},
     }
+    folder = sft_hist["folder"]
+    del sft
     workers = min(config.get("workers", 1), len(config["arms"]))
     if workers > 1:
         # The arms are independent given the SFT checkpoint: run them in forked worker processes
@@ -388,7 +429,7 @@ def _run_inner(config: dict[str, Any], seed: int) -> SeedResult:
         from concurrent.futures import ProcessPoolExecutor
 
         _SHARED.update(
-            sft=sft, tokenizer=tokenizer, task=task, config=config, seed=seed, problems=eval_problems
+            sft=folder, tokenizer=tokenizer, task=task, config=config, seed=seed, problems=eval_problems
         )
         try:
             with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
@@ -397,7 +438,7 @@ def _run_inner(config: dict[str, Any], seed: int) -> SeedResult:
             _SHARED.clear()
     else:
         results = [
-            _arm_result(arm, sft, tokenizer, task, config, seed, eval_problems) for arm in config["arms"]
+            _arm_result(arm, folder, tokenizer, task, config, seed, eval_problems) for arm in config["arms"]
         ]
     for arm, (ev, out) in zip(config["arms"], results):
         LOG.info("%s eval %s (%.1fs)", arm, ev, time.perf_counter() - start)
@@ -406,16 +447,24 @@ def _run_inner(config: dict[str, Any], seed: int) -> SeedResult:
         metrics["arith_correct"][arm] = ev["arith_correct"]
         metrics["reward_gain"][arm] = ev["pass@1"] - sft_eval["pass@1"]
         metrics["final_entropy"][arm] = ev["entropy"]
-        metrics["reasoning_frac"][arm] = statistics.fmean(out["curves"]["reasoning_frac"])
-        for name, values in out["curves"].items():
+        c = out["curves"]
+        if out["policy_loss"] == "archer":  # the regime metrics of Archer's own loss
+            for name in ("reasoning_frac", "clip_widened_frac", "kl_knowledge"):
+                metrics.setdefault(name, {})[arm] = statistics.fmean(c[name])
+            metrics.setdefault("entropy_ratio", {})[arm] = statistics.fmean(c["entropy_reasoning"]) / max(
+                statistics.fmean(c["entropy_knowledge"]), 1e-9
+            )
+        for name, values in c.items():
             curves.setdefault(name, {})[arm] = values
         info["arms"][arm] = {
             "finite": out["finite"],
-            "rollout_tokens_per_s": out["rollout_tokens_per_s"],
-            "train_step_s": out["train_step_s"],
-            "rollout_s": out["rollout_s"],
-            "mean_reasoning_frac": metrics["reasoning_frac"][arm],
-            "final_train_reward": statistics.fmean(out["curves"]["reward"][-10:]),
+            "trainer_class": out["trainer_class"],
+            "policy_loss": out["policy_loss"],
+            "loss_calls": out["loss_calls"],
+            "optimizer_steps": out["optimizer_steps"],
+            "train_s": out["train_s"],
+            "step_s": out["step_s"],
+            "final_train_reward": statistics.fmean(c["reward"][-10:]),
         }
     info["loss_overhead"] = loss_overhead(seed)
     if config.get("measure_pretrained") and seed == min(config.get("pretrained_seeds", (0,))):
@@ -496,13 +545,22 @@ _COMMON = dict(
     n_test=256,
     eval_samples=8,
     arms=ARMS,
-    workers=2,
+    workers=3,  # one forked process per arm (1 torch thread each)
 )
-#: Declared before any run: the SFT start must sit in the spec's 25-45 % pass@1 band and the
-#: baseline RL run (GRPO) must raise held-out pass@1 by at least this much over it.
+#: Declared before the full run (issue 35 rerun; pilots on seeds >= 100 only). Premises: the baseline
+#: (GRPO through the same trainer) raises held-out pass@1 by at least GRPO_GAIN over the SFT start and
+#: stays at most CEILING (not at its ceiling); the SFT start is neither hopeless nor solved
+#: (SFT_BAND); the regime occurs: reasoning tokens carry at least ENTROPY_RATIO times the mean
+#: entropy of knowledge tokens, Archer's widened clip keeps the gradient of at least WIDENED_MIN of
+#: the reasoning tokens that the tight clip would drop, and the knowledge-token KL is non-trivial
+#: (KL_MIN).
 SFT_BAND = (0.25, 0.45)
 GRPO_GAIN = 0.05
-FULL_RL_STEPS = 100
+CEILING = 0.9
+ENTROPY_RATIO = 2.0
+WIDENED_MIN = 1e-3
+KL_MIN = 1e-4
+FULL_RL_STEPS = 60
 EVAL_ITEMS = {"smoke": 8, "quick": 128, "full": 256}
 
 CLAIM = Claim(
@@ -519,13 +577,16 @@ CLAIM = Claim(
         AtLeast("pass@1", arm=REFERENCE, threshold=SFT_BAND[0], label="sft_not_too_weak"),
         AtMost("pass@1", arm=REFERENCE, threshold=SFT_BAND[1], label="sft_not_too_strong"),
         Better("pass@1", arm="grpo", baseline=REFERENCE, margin=GRPO_GAIN, label="grpo_learns"),
+        AtMost("pass@1", arm="grpo", threshold=CEILING, label="grpo_not_at_ceiling"),
+        AtLeast("entropy_ratio", arm=METHOD, threshold=ENTROPY_RATIO, label="high_entropy_tokens_exist"),
+        AtLeast("clip_widened_frac", arm=METHOD, threshold=WIDENED_MIN, label="wide_clip_acts"),
+        AtLeast("kl_knowledge", arm=METHOD, threshold=KL_MIN, label="knowledge_kl_acts"),
     ),
     criteria=(
-        Better("pass@1", baseline="grpo", margin=0.0, label="pass1_vs_grpo"),
         Better("pass@1", baseline="dapo", margin=0.0, label="pass1_vs_dapo"),
-        Better("pass@8", baseline="grpo", margin=0.0, label="pass8_vs_grpo"),
         Better("pass@8", baseline="dapo", margin=0.0, label="pass8_vs_dapo"),
-        Better("arith_correct", baseline="high_entropy_only", margin=0.0, label="knowledge_vs_masking"),
+        Better("pass@1", baseline="grpo", margin=0.0, label="pass1_vs_grpo"),
+        Better("pass@8", baseline="grpo", margin=0.0, label="pass8_vs_grpo"),
         AtLeast("reasoning_frac", threshold=0.1, kind="design", label="split_frac_low"),
         AtMost("reasoning_frac", threshold=0.3, kind="design", label="split_frac_high"),
     ),
@@ -534,6 +595,7 @@ CLAIM = Claim(
             "Archer-Code-1.5B beats DAPO on LiveCodeBench v5/v6 in both avg@K (pass@1) and pass@K "
             "(29.4 vs 26.0 avg@8, 43.7 vs 40.5 pass@8 on v5)",
             criteria=("pass1_vs_dapo", "pass8_vs_dapo"),
+            primary=True,
         ),
         Headline(
             "Math and code gains across model scales, improving both pass@1 and pass@K over GRPO/DAPO-style "
@@ -544,8 +606,7 @@ CLAIM = Claim(
             "Ablations: removing the KL on low-entropy tokens causes collapse; too strong a KL under-trains",
             untested=(
                 "needs two extra Archer ablation arms (no knowledge-token KL, strong KL) that do not fit the "
-                "2-core budget next to the four compared arms; the nearest evidence is knowledge_vs_masking "
-                "(constraining vs masking the knowledge tokens)"
+                "2-core budget next to the three compared arms"
             ),
         ),
     ),
@@ -569,32 +630,37 @@ CLAIM = Claim(
     seeds={"smoke": (0,), "quick": (0,), "full": (0, 1, 2)},
     implemented=(
         "neurips26.rl.archer: per-response entropy-quantile token classification, per-token dual clip ranges, "
-        "per-class KL (k1/k2/k3), dual-clip for negative advantages, one synchronous update; "
-        "ArcherGRPOTrainer (trl.GRPOTrainer subclass); baselines as presets of the same loss (GRPO, DAPO-lite) "
-        "and the high-entropy-only masking loss. Substrate: neurips26.common (tiny Llama from a config, "
-        "char tokenizer, cached SFT, batched rollouts, unbiased pass@k) and neurips26.rl.losses (checked "
-        "against TRL's GRPOTrainer loss)."
+        "per-class KL (k1/k2/k3), dual-clip for negative advantages, one synchronous update, and "
+        "ArcherGRPOTrainer (a trl.GRPOTrainer subclass whose _compute_loss is the Archer loss; "
+        "policy_loss='trl' keeps TRL's own loss). Every judged arm trains through ArcherGRPOTrainer.train(): "
+        "TRL's generation, reward, group advantages, reference model, PPO iterations and optimizer; Archer with "
+        "its loss, GRPO and DAPO with TRL's loss_type 'bnpo' (beta 1e-3) and 'dapo' (clip-higher 0.28, no KL) "
+        "(tested: Archer with its extra terms off equals TRL's GRPO and DAPO losses through the trainer, loss "
+        "and gradients within 1e-6). Substrate: neurips26.common (tiny Llama from a config, char tokenizer, "
+        "cached SFT, batched sampling for the held-out evaluation, unbiased pass@k)."
     ),
     differences=(
-        "Paper: DeepSeek-R1-Distill-Qwen-1.5B, LiveCodeBench/AIME, 64 prompts x 16 samples, 3 PPO epochs, "
-        "lr 1e-6, ~520 steps, ~1,900 H800 GPU-hours. Here: a ~0.1M-parameter 2-layer Llama (hidden 64) trained "
-        "from scratch on mini-countdown with a character vocabulary. Testbed v2 (issue 12; v1 had an SFT start "
-        "at 3% pass@1 and no arm moved in 30 RL steps): numbers in [1, 4] (the spec's [1, 9] and v1's [1, 5] "
-        "were not learnt by the tiny model: 0-3% pass@1), the whole pool of 909 (a, b, c, T) tuples split "
-        "653/256, SFT on 8 independent trace draws per training problem (one fixed trace per problem was "
-        "memorised: train loss 0.003, train pass@1 0.66 vs held-out 0.17), {sft} SFT steps x 64 at lr 3e-3 so "
-        "that the start lands in the spec's 25-45 % band (premises sft_not_too_weak/strong). RL: 16 prompts x "
-        "G = 8 per step, 2 PPO epochs x 2 mini-batches, Adam at the spec's lr 1e-4 for every arm (a pilot of "
-        "GRPO alone on a seed-0 split with 800 training problems: 1e-3 collapsed to 0% reward, 3e-4 gained less "
-        "than 1e-4; no per-arm tuning), temperature 1, {rl} RL steps in the full profile instead of the "
-        "spec's 250 (what fits in 600 s on 2 cores with the SFT builds), the four arms run in two worker "
-        "processes. Behaviour log-probs are those recorded at sampling (identical to re-scoring up to 2e-6). "
-        "Full profile: 3 seeds, not 5: each seed builds its own SFT checkpoint, and 5 seeds do not fit the "
-        "budget. The quick profile (1 seed, 300 SFT steps, 20 RL steps, 128 held-out problems) builds its own "
-        "weaker SFT checkpoint within 60 s and is expected to fail the SFT-band premise (inconclusive, "
-        "testbed); only the full profile is evidence. DAPO-lite has no dynamic sampling or overlong shaping. The "
-        "high-entropy-only baseline uses Archer's per-response split (not a batch-level quantile) so that it "
-        "differs from Archer only by masking instead of constraining. pass@K uses K = 8."
+        "What remains simplified, and why: (1) Model and data: paper DeepSeek-R1-Distill-Qwen-1.5B on "
+        "LiveCodeBench/AIME; here a ~0.1M-parameter 2-layer Llama (hidden 64) trained from scratch on "
+        "mini-countdown with a character vocabulary (the largest model whose SFT start plus three RL arms x 3 "
+        "seeds fit 600 s on 2 cores; SmolLM2-135M, ~1,500x the parameters, would not by our estimate). "
+        "Numbers in [1, 4] (the spec's [1, 9] was not learnt by the tiny model: 0-3% pass@1), the whole pool "
+        "of 909 (a, b, c, T) tuples split 653/256 per seed, SFT on 8 independent trace draws per training "
+        "problem, {sft} SFT steps x 64 at lr 3e-3 so that the start lands in the spec's 25-45 % band. "
+        "(2) Schedule: 16 prompts x G = 8 per RL step, 2 PPO epochs x 2 mini-batches (4 optimizer steps per "
+        "generation), lr 1e-4 constant for every arm (no per-arm tuning; the paper: 64 x 16, 3 epochs, lr 1e-6, "
+        "~520 steps), {rl} RL steps instead of the spec's 250 (budget). (3) Baselines: GRPO is TRL's loss "
+        "with token-mean aggregation ('bnpo', as Archer's token-mean) and plain k3 KL "
+        "(use_bias_correction_kl=False), i.e. Archer with its extra terms off; DAPO is TRL's 'dapo' loss "
+        "with clip-higher and no KL, without dynamic sampling or overlong shaping (TRL has neither). The "
+        "isolation baseline (train only high-entropy tokens, TRL's top_entropy_quantile=0.2) is an opt-in "
+        "arm ('high_entropy_only'), not run in the judged profiles (budget), so the old knowledge-vs-masking "
+        "criterion is gone. (4) TRL's loop on CPU in fp32 (bf16=False, no gradient checkpointing); the three "
+        "arms run in three forked processes, one torch thread each; the held-out evaluation uses our batched "
+        "sampler (temperature 1), not the trainer. (5) 3 seeds, each with its own split, SFT checkpoint and RL "
+        "runs. The quick profile (1 seed, 300 SFT steps, 20 RL steps) is expected to fail the SFT-band premise; "
+        "only the full profile is evidence. pass@K uses K = 8. Previous judged check (before issue 35): the "
+        "same loss in a hand-written 117-line GRPO loop, not the trainer."
     ).format(sft=_COMMON["sft_steps"], rl=FULL_RL_STEPS),
     data=(
         "Generated by code (neurips26.common.tasks.MiniCountdown): three integers in [1, 4] and a target "
@@ -614,7 +680,14 @@ CLAIM = Claim(
         "reward_gain": "pass@1 after RL minus pass@1 of the shared SFT checkpoint (arm 'sft')",
         "final_entropy": "mean per-token policy entropy (nats) of held-out samples (after RL; for 'sft' at the "
         "start)",
-        "reasoning_frac": "mean over RL updates of the fraction of response tokens classified as high-entropy "
-        "'reasoning' tokens by the arm's loss (0 where the split is disabled: grpo, dapo)",
+        "reasoning_frac": "mean over RL updates (TRL logging windows) of the fraction of response tokens "
+        "Archer's loss classifies as high-entropy 'reasoning' tokens",
+        "clip_widened_frac": "mean over RL updates of the fraction of Archer's reasoning tokens whose gradient "
+        "the reasoning clip range (0.5) keeps but the knowledge/GRPO range (0.2) would cut (advantage > 0 with "
+        "1.2 < ratio <= 1.5, or advantage < 0 with 0.5 <= ratio < 0.8): where the wide clip acts",
+        "kl_knowledge": "mean over RL updates of the k3 KL estimate to the SFT reference on Archer's knowledge "
+        "tokens (the term its 1e-3 KL penalty acts on)",
+        "entropy_ratio": "mean policy entropy of Archer's reasoning tokens divided by that of its knowledge "
+        "tokens (means over RL updates): high-entropy forks exist when well above 1",
     },
 )

@@ -76,6 +76,7 @@ from typing import Any, Literal
 import torch
 
 from neurips26.common.checks import check_choice, check_float, check_int
+from neurips26.common.precision import at_least_float32
 from neurips26.rl.losses import (
     KL_ESTIMATORS,
     LOSS_AGGS,
@@ -363,10 +364,10 @@ def archer_policy_loss(
             "ref_logprobs is None but a KL coefficient is positive; pass reference log-probs or set "
             "kl_coef_knowledge = kl_coef_reasoning = 0"
         )
-    logprobs = logprobs.float()
-    old_logprobs = old_logprobs.float().detach()
-    adv = adv.float().detach()
-    h = entropy.detach().float()
+    logprobs = at_least_float32(logprobs)  # float64 input stays float64
+    old_logprobs = at_least_float32(old_logprobs).detach()
+    adv = at_least_float32(adv).detach()
+    h = at_least_float32(entropy.detach())
 
     if config.split:
         reasoning, knowledge = classify_tokens(h, mask, config.quantile)
@@ -394,7 +395,36 @@ def archer_policy_loss(
     metrics = _loss_metrics(
         (pg_loss, kl_loss), (clipped, counted), split, kl, ratio, h, logprobs, old_logprobs
     )
+    metrics.update(_regime_metrics(ratio, adv, h, reasoning, knowledge, config))
     return loss, metrics
+
+
+def _regime_metrics(
+    ratio: torch.Tensor,
+    adv: torch.Tensor,
+    h: torch.Tensor,
+    reasoning: torch.Tensor,
+    knowledge: torch.Tensor,
+    config: ArcherConfig,
+) -> dict[str, float]:
+    """Whether the dual constraints act: entropy per class and the widened-clip fraction.
+
+    ``clip_widened_frac``: the fraction of reasoning tokens whose surrogate keeps a gradient under the
+    reasoning clip range but would be clipped (zero gradient) under the knowledge range, i.e. the
+    tokens on which Archer's wider range changes the update (advantage > 0 with
+    ``1 + eps_k+ < rho <= 1 + eps_r+``, or advantage < 0 with ``1 - eps_r- <= rho < 1 - eps_k-``).
+    """
+    (k_low, k_high), (r_low, r_high) = config.clip_knowledge, config.clip_reasoning
+    rho = ratio.detach()
+    widened = ((adv > 0) & (rho > 1 + k_high) & (rho <= 1 + r_high)) | (
+        (adv < 0) & (rho < 1 - k_low) & (rho >= 1 - r_low)
+    )
+    n_r, n_k = reasoning.sum().clamp(min=1), knowledge.sum().clamp(min=1)
+    return {
+        "clip_widened_frac": float((widened & reasoning).sum() / n_r),
+        "entropy_reasoning": float((h * reasoning).sum() / n_r),
+        "entropy_knowledge": float((h * knowledge).sum() / n_k),
+    }
 
 
 def high_entropy_only_loss(
@@ -530,32 +560,56 @@ def _make_trainer_class():
         that TRL builds the reference model and computes reference log-probs; the value of
         ``beta`` itself is not used by the loss (the Archer coefficients are).
 
+        ``policy_loss="trl"`` keeps TRL's own loss (``args.loss_type``, ``args.epsilon``,
+        ``args.epsilon_high``, ``args.beta``, ``args.top_entropy_quantile``): the GRPO/DAPO baselines
+        then run through the same class and loop as Archer, differing only in the loss.
+
         Parameters
         ----------
         *args, **kwargs
             As ``trl.GRPOTrainer``.
         archer_config : ArcherConfig, optional
-            Defaults to ``ArcherConfig()``.
+            Defaults to ``ArcherConfig()`` (ignored with ``policy_loss="trl"``).
+        policy_loss : {"archer", "trl"}
+            Which token-level loss ``_compute_loss`` uses.
+
+        Attributes
+        ----------
+        loss_calls : int
+            Number of ``_compute_loss`` calls (a trace that the loss ran in the loop).
         """
 
-        def __init__(self, *args: Any, archer_config: ArcherConfig | None = None, **kwargs: Any) -> None:
+        def __init__(
+            self,
+            *args: Any,
+            archer_config: ArcherConfig | None = None,
+            policy_loss: Literal["archer", "trl"] = "archer",
+            **kwargs: Any,
+        ) -> None:
+            check_choice("policy_loss", policy_loss, ("archer", "trl"))
+            self.policy_loss = policy_loss
+            self.loss_calls = 0
             self.archer_config = ArcherConfig() if archer_config is None else archer_config
             if not isinstance(self.archer_config, ArcherConfig):
                 raise TypeError(
                     f"archer_config must be an ArcherConfig, got {type(self.archer_config).__name__}"
                 )
+            uses_kl = policy_loss == "archer" and self.archer_config.uses_kl
             training_args = kwargs.get("args", args[2] if len(args) > 2 else None)
-            if training_args is not None and self.archer_config.uses_kl and training_args.beta == 0.0:
+            if training_args is not None and uses_kl and training_args.beta == 0.0:
                 training_args.beta = max(
                     self.archer_config.kl_coef_knowledge, self.archer_config.kl_coef_reasoning
                 )
             super().__init__(*args, **kwargs)
-            if self.archer_config.uses_kl and self.beta == 0.0:
+            if uses_kl and self.beta == 0.0:
                 raise ValueError(
                     "the Archer config uses a KL term but the trainer has beta == 0 (no reference model)"
                 )
 
         def _compute_loss(self, model, inputs):
+            self.loss_calls += 1
+            if self.policy_loss == "trl":
+                return super()._compute_loss(model, inputs)
             prompt_ids, prompt_mask = inputs["prompt_ids"], inputs["prompt_mask"]
             completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
             input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
@@ -586,6 +640,9 @@ def _make_trainer_class():
                 "kl_knowledge",
                 "reasoning_frac",
                 "entropy",
+                "clip_widened_frac",
+                "entropy_reasoning",
+                "entropy_knowledge",
             ):
                 value = metrics[key]
                 if value == value:  # skip NaN (no reference log-probs)
