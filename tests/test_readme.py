@@ -50,3 +50,22 @@ def test_performance_table_shows_targets_hit_missed_and_not_run(tmp_path):
     assert "No benchmark results" in performance_table(tmp_path / "none")
     text = f"x\n{START}\n{END}\n{PERF_START}\nold\n{PERF_END}\ny"
     assert "missed" in render(text, tmp_path / "full", bench_dir=tmp_path)
+
+
+def test_verdict_cell_marks_stale_code_other_torch_and_flips():
+    from neurips26.claims.report import current_torch
+    from neurips26.claims.runner import claim_hash
+    from neurips26.readme import verdict_cell
+    from neurips26.registry import load_claim
+
+    now = claim_hash(load_claim("adera"))
+    base = {"schema": 2, "slug": "adera", "verdict": "reproduced", "verdict_reason": "criteria", "warnings": []}
+    fresh = {**base, "provenance": {"claim_hash": now}, "env": {"versions": {"torch": f"{current_torch()}+cpu"}}}
+    assert verdict_cell(fresh) == "reproduced"
+    old = {**base, "provenance": {"claim_hash": "0" * 16}, "env": {"versions": {"torch": "2.13.0+cpu"}}}
+    assert verdict_cell(old) == "reproduced; stale code, torch 2.13.0+cpu"
+    flip = [{"matching": True, "agree": False}]
+    assert verdict_cell(fresh, flip) == "inconclusive (spread: flipped on unseen seeds)"
+    assert verdict_cell(fresh, [{"matching": False, "agree": False}]) == "reproduced"  # other code: not counted
+    testbed = {**fresh, "verdict": "inconclusive", "verdict_reason": "testbed: floor"}
+    assert verdict_cell(testbed, flip) == "inconclusive (testbed: floor)"  # not decisive: nothing to flip
