@@ -17,15 +17,16 @@ not name the argument, or a silent NaN/inf. A component without a spec fails
 cannot be fuzzed in-process (a trainer around a full model, a collective over a process group) is
 listed in ``EXEMPT`` with the reason. ``EXTRA`` adds the robust aggregation rules of
 :mod:`neurips26.federated.robust` (shared substrate of the federated strategies, not registry
-components): a non-finite client update must raise. ``PENDING`` lists the few cases that still fail in
-modules other engineers own right now; each runs as ``xfail(strict=True)``, so it turns red (and
-must be removed) the moment the fix lands. A hypothesis test adds random special values at random
-positions and random magnitudes on top of the enumerated cases; the number of cases is printed and
-asserted in ``test_case_count`` (1761 enumerated cases over 91 components at the time of writing).
+components): a non-finite client update must raise. A hypothesis test adds random special values at
+random positions and random magnitudes on top of the enumerated cases; the number of cases is printed
+and asserted in ``test_case_count`` (1761 enumerated cases over 91 components at the time of writing).
+A float64 pass (issue 33 item 5) runs every component once more in float64 end to end: it must keep
+float64 (no silent float32), or say it needs float32 with a TypeError (``FLOAT32_ONLY``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 import math
@@ -613,7 +614,7 @@ def _specs_more() -> dict[str, Spec]:
         aliases={"w": ("specialist", "fc.weight"), "C": ("moment", "spec_moments", "'fc'", "C_s")},
     )
     toy_head = _randn(8, 5, seed=7)
-    mllm = lambda emb: emb.mean(1) @ toy_head  # noqa: E731
+    mllm = lambda emb: emb.mean(1) @ toy_head.to(emb.dtype)  # noqa: E731 - a user model in the input's dtype
     vis = torch.tensor([[True, True, False, False]] * 3)
     s["amps.functional_entropy"] = Spec(
         lambda values, **kw: amps.functional_entropy(values, **kw),
@@ -1337,10 +1338,6 @@ def _aggregator_specs() -> dict[str, Spec]:
 EXTRA: dict[str, Spec] = _aggregator_specs()
 SPECS: dict[str, Spec] = {**_specs(), **_specs_more(), **_specs_new(), **EXTRA}
 
-# Cases that fail today in a component (fixes pending); each is an xfail(strict=True): the test turns
-# red as soon as the fix lands, so the entry must then go. None are pending now.
-PENDING: dict[tuple[str, str, str], str] = {}
-
 EXEMPT: dict[str, str] = {
     "adakvq.calibrate_aad": "runs generate() on a full language model; its inputs are token ids checked by the model",
     "adkv.calibrate_adkv": "trains the quantiser by BPTT through a full language model (minutes); covered by its own tests",
@@ -1515,27 +1512,11 @@ def test_valid_inputs_give_finite_output():
 @pytest.mark.parametrize("component", sorted(SPECS))
 def test_fuzz_component(component):
     failures = []
-    for case in (c for c in CASES if c[0] == component and c[:3] not in PENDING):
+    for case in (c for c in CASES if c[0] == component):
         problem = _run_case(*case)
         if problem:
             failures.append(f"{case[1]} <- {case[2]}: {problem}")
     assert not failures, f"{component}: {len(failures)} failing cases\n" + "\n".join(failures)
-
-
-@pytest.mark.parametrize(
-    "case",
-    [
-        pytest.param(c, marks=pytest.mark.xfail(strict=True, reason=PENDING[c[:3]]))
-        for c in CASES
-        if c[:3] in PENDING
-    ],
-)
-def test_fuzz_pending(case):
-    assert _run_case(*case) is None
-
-
-def test_pending_cases_exist():
-    assert set(PENDING) <= {c[:3] for c in CASES}, "a PENDING entry names no enumerated case"
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -1564,6 +1545,111 @@ def test_fuzz_random_special_values(data):
             t.view(-1)[pos] = special
     problem = _outcome(spec, {**tensors, arg: t}, (arg, *spec.aliases.get(arg, ())), meta_ok=False)
     assert problem is None, f"{comp}: {arg} ({dtype}, x{scale}): {problem}"
+
+
+# ------------------------------------------------------------------------------------ float64 pass
+# Every component once more in float64 end to end (issue 33 item 5): torch's default dtype is float64 for the
+# call (so the modules, parameters and buffers a spec builds are float64) and every floating tensor argument
+# is float64 (complex ones complex128). The case passes when the output is finite and every floating tensor
+# in it (parameters and buffers of returned modules included) is float64 / complex128: nothing silently
+# drops to float32. A component that needs float32 must say so: listed in FLOAT32_ONLY with the reason, it
+# must raise a TypeError naming the dtype it needs. OWN_DTYPE lists components whose output dtype is set by
+# something other than their floating inputs (a storage format, a declared dtype): they must run in float64
+# with finite output, but their output dtype is theirs.
+FLOAT32_ONLY: dict[str, str] = {
+    "adera.encode_shard": "splits the bit fields of bfloat16/float16/float32 values (the all-gather's wire format)",
+    "s3former.S3Former": "keeps its event history in float32 buffers; a float64 model raises a TypeError",
+    "regate.REGATE": "its backbone's event history and the token features are float32; float64 raises a TypeError",
+}
+OWN_DTYPE: dict[str, str] = {
+    "adera.decode_payload": "returns the dtype the payload declares (bfloat16 in the spec), whatever the default dtype",
+    "adkv.ADKVQuantizer": "stores the quantiser state (z, a) in float16 by the cache's memory format",
+}
+
+
+@contextlib.contextmanager
+def _default_dtype(dtype: torch.dtype):
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(old)
+
+
+def _to64(t: torch.Tensor) -> torch.Tensor:
+    if t.is_complex():
+        return t.to(torch.complex128)
+    return t.double() if t.is_floating_point() else t
+
+
+def _not_float64(obj: Any, path: str = "out", depth: int = 0, seen: set | None = None) -> list[str]:
+    """Paths of the floating tensors in ``obj`` that are not float64/complex128."""
+    seen = set() if seen is None else seen
+    if depth > 6 or id(obj) in seen or obj is None or isinstance(obj, (str, bytes, bool, int, float)):
+        return []
+    seen.add(id(obj))
+    if isinstance(obj, torch.Tensor):
+        if obj.is_floating_point() and obj.dtype != torch.float64:
+            return [f"{path}: {obj.dtype}"]
+        if obj.is_complex() and obj.dtype != torch.complex128:
+            return [f"{path}: {obj.dtype}"]
+        return []
+    if isinstance(obj, torch.nn.Module):
+        return [
+            f"{path}.{name}: {t.dtype}"
+            for name, t in (*obj.named_parameters(), *obj.named_buffers())
+            if (t.is_floating_point() and t.dtype != torch.float64)
+            or (t.is_complex() and t.dtype != torch.complex128)
+        ]
+    if isinstance(obj, Mapping):
+        return [p for k, v in obj.items() for p in _not_float64(v, f"{path}[{k!r}]", depth + 1, seen)]
+    if isinstance(obj, (list, tuple)):
+        return [p for i, v in enumerate(obj) for p in _not_float64(v, f"{path}[{i}]", depth + 1, seen)]
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return [
+            p
+            for f in dataclasses.fields(obj)
+            for p in _not_float64(getattr(obj, f.name), f"{path}.{f.name}", depth + 1, seen)
+        ]
+    return []
+
+
+def _float64_outcome(comp: str) -> str | None:
+    """``None`` if ``comp`` passes the float64 pass, else what went wrong."""
+    spec = SPECS[comp]
+    with _default_dtype(torch.float64):
+        tensors = {k: _to64(v) for k, v in spec.tensors().items()}
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                out = spec.call(**tensors)
+        except TypeError as e:
+            if comp in FLOAT32_ONLY and ("float32" in str(e) or "dtype" in str(e)):
+                return None
+            return f"TypeError: {str(e)[:300]}"
+        except Exception as e:  # noqa: BLE001 - any failure in float64 is what this pass looks for
+            return f"{type(e).__name__}: {str(e)[:300]}"
+    if comp in FLOAT32_ONLY:
+        return f"listed in FLOAT32_ONLY ({FLOAT32_ONLY[comp]}) but ran in float64 without a TypeError"
+    if not _finite(out, meta_ok=False):
+        return "non-finite output in float64"
+    low = [] if comp in OWN_DTYPE else _not_float64(out)
+    return f"output not float64: {', '.join(low[:6])}" if low else None
+
+
+def test_float64_pass_every_component():
+    """Every spec'd component runs in float64 and keeps it (or is FLOAT32_ONLY and raises a TypeError)."""
+    failures = {comp: problem for comp in SPECS if (problem := _float64_outcome(comp))}
+    assert not failures, f"{len(failures)} components fail the float64 pass:\n" + "\n".join(
+        f"{c}: {p}" for c, p in sorted(failures.items())
+    )
+    assert torch.get_default_dtype() == torch.float32  # the pass restores the default
+
+
+def test_float32_only_entries_are_components():
+    assert set(FLOAT32_ONLY) <= set(SPECS) and set(OWN_DTYPE) <= set(SPECS)
+    assert not set(FLOAT32_ONLY) & set(OWN_DTYPE)
 
 
 def test_case_count(capsys):

@@ -26,6 +26,15 @@ ENV_VAR = "NEURIPS26_MATMUL_DTYPE"
 _NAMES = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float32": torch.float32, "fp32": torch.float32}
 
 
+def at_least_float32(t: Tensor) -> Tensor:
+    """``t`` upcast to float32 when it is narrower (float16, bfloat16, integer, bool), else unchanged.
+
+    The ``.float()`` a numerically sensitive step applies to low-precision activations, without
+    rounding float64 input down to float32 (issue 33: components keep their input's dtype).
+    """
+    return t if t.dtype in (torch.float32, torch.float64) else t.float()
+
+
 def cpu_bf16_matmul() -> bool:
     """Whether this CPU has bfloat16 matrix units (AVX512-BF16 or AMX tiles), as torch reports them."""
     probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")

@@ -105,6 +105,20 @@ def _check_ids(name: str, x: Tensor, num_nodes: int | None) -> Tensor:
     return x.long()
 
 
+def check_float32_model(model: torch.nn.Module, name: str) -> None:
+    """Raise ``TypeError`` unless every floating parameter of ``model`` is float32.
+
+    For stream models whose event history lives in float32 (numpy) buffers: they compute in float32,
+    and a ``.double()`` model would otherwise fail deep inside with a matmul dtype mismatch.
+    """
+    dtypes = sorted({str(p.dtype) for p in model.parameters() if p.is_floating_point()} - {"torch.float32"})
+    if dtypes:
+        raise TypeError(
+            f"{name} computes in float32 (its event history is kept in float32 buffers) but its parameters "
+            f"are {', '.join(dtypes)}; keep the model in float32 (model.float())"
+        )
+
+
 def check_timestamps(t: Tensor, name: str = "t") -> Tensor:
     """Raise unless ``t`` is a 1-D integer tensor of non-decreasing, non-negative timestamps."""
     if not isinstance(t, Tensor):

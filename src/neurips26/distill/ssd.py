@@ -56,6 +56,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from neurips26.common.checks import check_choice, check_float, check_int
+from neurips26.common.precision import at_least_float32
 from neurips26.common.rollouts import position_ids_from_mask
 
 __all__ = [
@@ -162,8 +163,8 @@ def token_divergence(
         raise ValueError(
             f"teacher and student vocabularies differ: {teacher_logits.shape[-1]} vs {student_logits.shape[-1]}"
         )
-    lt = F.log_softmax(teacher_logits.float() / temperature, -1)
-    ls = F.log_softmax(student_logits.float() / temperature, -1)
+    lt = F.log_softmax(at_least_float32(teacher_logits) / temperature, -1)
+    ls = F.log_softmax(at_least_float32(student_logits) / temperature, -1)
     if kind == "tv":
         return 0.5 * (lt.exp() - ls.exp()).abs().sum(-1)
     if kind == "kl":
@@ -200,7 +201,7 @@ class MixedRollout:
 
 def _logits(model: Any, ids: Tensor, mask: Tensor) -> Tensor:
     out = model(input_ids=ids, attention_mask=mask, position_ids=position_ids_from_mask(mask))
-    return (out.logits if hasattr(out, "logits") else out).float()
+    return at_least_float32(out.logits if hasattr(out, "logits") else out)
 
 
 def _check_prompt(name: str, ids: Any, mask: Any) -> Tensor:
@@ -406,7 +407,9 @@ def ssd_loss(
     if n == 0:
         return student_logits.sum() * 0.0, {"supervised_tokens": 0.0, "divergence": 0.0}
     per_token = _gkd_divergence(
-        F.log_softmax(student_logits.float(), -1), F.log_softmax(teacher_logits.detach().float(), -1), beta
+        F.log_softmax(at_least_float32(student_logits), -1),
+        F.log_softmax(at_least_float32(teacher_logits.detach()), -1),
+        beta,
     )
     value = (per_token * sup).sum() / n
     return value, {"supervised_tokens": float(n), "divergence": value.item()}

@@ -241,7 +241,8 @@ class Attack(ABC):
 
     @staticmethod
     def _repeat(u: torch.Tensor, m: int) -> torch.Tensor:
-        return u.to(torch.float32).unsqueeze(0).repeat(m, 1)
+        """``m`` copies of ``u``, in float32 or float64 (the updates' dtype; narrower ones go to float32)."""
+        return u.to(torch.promote_types(u.dtype, torch.float32)).unsqueeze(0).repeat(m, 1)
 
 
 class NoAttack(Attack):

@@ -55,7 +55,7 @@ from torch_geometric.data import TemporalData
 from torch_geometric.nn import DenseGINConv
 
 from neurips26.common.checks import check_choice, check_float, check_int
-from neurips26.common.temporal import check_event_batch, check_timestamps, time_encoding
+from neurips26.common.temporal import check_event_batch, check_float32_model, check_timestamps, time_encoding
 
 __all__ = [
     "CausalHistory",
@@ -543,9 +543,13 @@ class S3Former(nn.Module):
         return self.sub_out(torch.cat([read, scalars], -1))
 
     def score(self, src: Tensor, dst: Tensor, t: Tensor) -> Tensor:
-        """Logits ``[B]`` for candidates ``(src, dst, t)`` from state observed before the call."""
+        """Logits ``[B]`` for candidates ``(src, dst, t)`` from state observed before the call.
+
+        The model computes in float32 (its event history is float32): float64 parameters raise ``TypeError``.
+        """
         if not hasattr(self, "event_msg"):
             self.reset_state()
+        check_float32_model(self, "S3Former")
         check_event_batch(src, dst, t, num_nodes=self.num_nodes)
         if t.numel() and int(t.min()) < self.history.last_time:
             raise ValueError(

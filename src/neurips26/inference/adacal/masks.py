@@ -177,7 +177,10 @@ def flexprefill_mask(
 
 
 def block_density(mask: torch.Tensor) -> torch.Tensor:
-    """Selected causal blocks / causal blocks ``nb (nb + 1) / 2`` over the last two dims."""
+    """Selected causal blocks / causal blocks ``nb (nb + 1) / 2`` over the last two dims.
+
+    In torch's default dtype (float32 unless changed).
+    """
     nb = mask.shape[-1]
     causal = _causal_blocks(nb, mask.device)
-    return (mask & causal).sum((-1, -2)).float() / (nb * (nb + 1) / 2)
+    return (mask & causal).sum((-1, -2)).to(torch.get_default_dtype()) / (nb * (nb + 1) / 2)

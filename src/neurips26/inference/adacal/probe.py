@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from neurips26.common.checks import check_float, check_int, check_tensor
+from neurips26.common.precision import at_least_float32
 
 
 def _check_finite(name: str, x: Any) -> torch.Tensor:
@@ -111,12 +112,15 @@ def _cumulative_select(
 def _probe_attention(
     q: torch.Tensor, k: torch.Tensor, probe_queries: int, scale: float, key_valid: torch.Tensor | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Exact causal attention of the last queries: ``A [b, h, n_q, n]`` (fp32) and their positions."""
+    """Exact causal attention of the last queries: ``A [b, h, n_q, n]`` and their positions.
+
+    In fp32 (fp64 for fp64 input): low-precision activations are upcast.
+    """
     b, h, n, _ = q.shape
     n_q = min(probe_queries, n)
     pos = torch.arange(n - n_q, n, device=q.device)
-    ke = _expand_kv(k, h).float()
-    logits = torch.einsum("bhqd,bhkd->bhqk", q[:, :, n - n_q :].float(), ke) * scale
+    ke = at_least_float32(_expand_kv(k, h))
+    logits = torch.einsum("bhqd,bhkd->bhqk", at_least_float32(q[:, :, n - n_q :]), ke) * scale
     allowed = torch.arange(n, device=q.device)[None, :] <= pos[:, None]  # [n_q, n]
     allowed = allowed[None, None]
     if key_valid is not None:

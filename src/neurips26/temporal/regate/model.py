@@ -13,7 +13,7 @@ import torch
 from torch import Tensor, nn
 
 from neurips26.common.checks import check_float, check_int
-from neurips26.common.temporal import check_event_batch, check_timestamps, time_encoding
+from neurips26.common.temporal import check_event_batch, check_float32_model, check_timestamps, time_encoding
 from neurips26.temporal.regate.tokens import POLICY_TYPES, Document, TokenBatch, TokenStore
 
 
@@ -192,6 +192,9 @@ class REGATE(nn.Module):
             self.backbone.detach()
 
     def forward(self, src: Tensor, t: Tensor, store: TokenStore | None = None) -> Tensor:
+        """Risk logits; in float32 (the backbone's history and the token features are float32): float64
+        parameters raise ``TypeError``."""
+        check_float32_model(self, "REGATE")
         check_event_batch(src, None, t, num_nodes=getattr(self.backbone, "num_nodes", None))
         h = self.backbone.embed(src, t)
         if self.gate is not None:
