@@ -97,8 +97,6 @@ def test_implemented_method_conforms(info):
         assert name in dir(area)
 
 
-# Methods whose module is being reworked by another open change; their docstrings follow when it lands.
-DOCSTRING_PENDING = {}
 IMPLEMENTED = [m for m in METHODS if status(m.slug)[0] == "implemented"]
 
 
@@ -119,8 +117,6 @@ def test_docstring_section_reader():
 
 @pytest.mark.parametrize("info", IMPLEMENTED, ids=lambda m: m.slug)
 def test_method_docstring_has_paper_shapes_and_math(info):
-    if info.slug in DOCSTRING_PENDING:
-        pytest.skip(DOCSTRING_PENDING[info.slug])
     doc = importlib.import_module(info.module).__doc__ or ""
     missing = [title for title in ("Paper", "Shapes") if docstring_section(doc, title) is None]
     missing += [] if ".. math::" in doc else [".. math::"]
@@ -130,10 +126,6 @@ def test_method_docstring_has_paper_shapes_and_math(info):
     assert info.seed_start in paper, (
         f"{info.module}: the Paper section must quote the abstract's opening words"
     )
-
-
-def test_docstring_pending_names_implemented_methods():
-    assert set(DOCSTRING_PENDING) <= {m.slug for m in IMPLEMENTED}
 
 
 def test_status_reports_missing_components(monkeypatch):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("minari")
+pytest.importorskip("minari", reason="the claim trains on Minari logs (envs extra)")
 
 from neurips26.claims.aiql import CLAIM, _logs  # noqa: E402
 

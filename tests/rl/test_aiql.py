@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-gym = pytest.importorskip("gymnasium")
-pytest.importorskip("minari")
+# the package registers its environment with gymnasium on import, so every test here needs it; Minari is
+# needed only by the tests that write or read a dataset (per test, below)
+gym = pytest.importorskip("gymnasium", reason="neurips26.rl.aiql registers a gymnasium env (envs extra)")
 
 from neurips26.rl.aiql import (  # noqa: E402
     A2IQL,
