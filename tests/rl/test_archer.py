@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -289,11 +291,26 @@ def test_verl_adapter_equals_functional_loss():
     assert m["reasoning_frac"] == pytest.approx(float(R.sum() / mask.sum()))
 
 
-@pytest.mark.parametrize("estimator", ["k1", "k2", "k3"])
-def test_kl_estimators_selectable(estimator):
-    logp, old, ref, adv, mask, ent = _batch(11)
-    loss, m = archer_policy_loss(logp, old, adv, mask, ent, ref, ArcherConfig(kl_estimator=estimator))
-    assert torch.isfinite(loss) and m["kl_knowledge"] == m["kl_knowledge"]
+@pytest.mark.parametrize(
+    "estimator, per_token",
+    [
+        # d = ref - logp = (-0.5, 1, 0) on the three valid tokens (the fourth is padding)
+        ("k1", (0.5, -1.0, 0.0)),  # -d
+        ("k2", (0.125, 0.5, 0.0)),  # d^2 / 2
+        ("k3", (math.exp(-0.5) - 0.5, math.e - 2.0, 0.0)),  # e^d - d - 1
+    ],
+)
+def test_kl_estimators_selectable_hand_computed(estimator, per_token):
+    """The chosen estimator reaches the loss: with zero advantages the loss is coef * token-mean KL."""
+    logp = torch.tensor([[-1.0, -2.0, -0.3, -0.7]])
+    ref = torch.tensor([[-1.5, -1.0, -0.3, 5.0]])  # a wild value at the padding must not count
+    mask = torch.tensor([[True, True, True, False]])
+    adv, ent = torch.zeros(1, 4), torch.ones(1, 4)
+    cfg = ArcherConfig(kl_estimator=estimator, kl_coef_knowledge=0.5, split=False)
+    loss, m = archer_policy_loss(logp, logp, adv, mask, ent, ref, cfg)
+    mean = sum(per_token) / 3
+    assert m["kl_knowledge"] == pytest.approx(mean, rel=1e-6, abs=1e-7)
+    assert float(loss) == pytest.approx(0.5 * mean, rel=1e-6, abs=1e-7)
 
 
 def test_trl_trainer_trains_tiny_model(tmp_path):
