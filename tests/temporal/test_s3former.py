@@ -162,15 +162,21 @@ def test_dygformer_lite_is_the_sequence_only_reduction():
 
 
 @pytest.mark.parametrize("fusion", ["ccf", "concat"])
-def test_variants_train_and_stay_finite(fusion):
+def test_variants_learn_from_chance(fusion):
+    """Both fusions start at the chance BCE (ln 2 for balanced positives and negatives) and learn.
+
+    Measured on this stream: ccf 0.696 -> 0.672 -> 0.647, concat 0.690 -> 0.668 -> 0.634 over 3 epochs.
+    """
     data = _stream()
     model = _small(fusion=fusion, use_short=fusion == "ccf")
     opt = torch.optim.Adam(model.parameters(), 1e-2)
     losses = [
         train_epoch(model, data[:200], opt, NegativeSampler(torch.arange(20), seed=0), 50)["loss"]
-        for _ in range(2)
+        for _ in range(3)
     ]
     assert all(math.isfinite(v) for v in losses)
+    assert abs(losses[0] - math.log(2)) < 0.05  # untrained: a coin flip on positives vs negatives
+    assert losses[2] < losses[1] < losses[0] and losses[2] < losses[0] - 0.02  # it learns
 
 
 def test_default_time_scales_and_bad_arguments():
