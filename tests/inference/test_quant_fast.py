@@ -322,3 +322,55 @@ def test_mixed_widths_in_one_layer(bits, chunks, seed):
             out = layers[m].update(k, v)
             assert torch.equal(out[0], ref[0]) and torch.equal(out[1], ref[1])
     assert [b.bits for b in layers["stream"].key_blocks] == [b.bits for b in layers["reference"].key_blocks]
+
+
+@pytest.mark.parametrize("bits", [2, 3, 16])
+def test_bulk_flush_stores_the_bits_of_block_by_block_flushes(bits):
+    """A long update quantises its blocks in runs (one call per run of equal widths); every group sees the
+    same elementwise operations (min/max, IEEE division and rounding), so the stored bits are identical
+    to flushing the same tokens one block at a time, buffers, capacities and memory report included."""
+    g = torch.Generator().manual_seed(3)
+    k, v = torch.randn(2, 3, 47, 8, generator=g), torch.randn(2, 3, 47, 8, generator=g)
+    bulk, single = KIVILayer(min(bits, 8), 4, 3), KIVILayer(min(bits, 8), 4, 3)
+    if bits == 16:  # 16-bit blocks in a quantising layer (as AdaKVQ may store them)
+        for layer in (bulk, single):
+            layer._next_block_kv_bits = lambda: (16, 16)
+    bulk.update(k, v)
+    single.update(k[..., :7, :], v[..., :7, :])
+    for t in range(7, 47):
+        single.update(k[..., t : t + 1, :], v[..., t : t + 1, :])
+    assert len(bulk.key_blocks) == len(single.key_blocks) == (47 - 3) // 4
+    for a, b in zip((*bulk.key_blocks, *bulk.value_blocks), (*single.key_blocks, *single.value_blocks)):
+        if bits == 16:
+            assert torch.equal(a.data, b.data)
+        else:
+            assert (
+                torch.equal(a.codes, b.codes)
+                and torch.equal(a.scale, b.scale)
+                and torch.equal(a.zero, b.zero)
+            )
+    assert torch.equal(bulk.dequantized_states()[0], single.dequantized_states()[0])
+
+
+def test_bulk_flush_of_mixed_widths_follows_the_controller_block_by_block():
+    model = _model()
+    quant = AdaKVQConfig(online=False, group_size=4, residual_length=3)
+    g = torch.Generator().manual_seed(4)
+    k, v = torch.randn(1, 2, 40, 16, generator=g), torch.randn(1, 2, 40, 16, generator=g)
+    widths = [(4, 4), (4, 4), (2, 2), (3, 3), (3, 3), (3, 3), (2, 2)] * 3
+    layers = []
+    for chunked in (False, True):
+        layer = AdaKVQCache(model.config, quant).layers[0]
+        it = iter(widths)
+        layer._next_block_kv_bits = lambda it=it: next(it)
+        if chunked:
+            for t in range(40):
+                layer.update(k[..., t : t + 1, :], v[..., t : t + 1, :])
+        else:
+            layer.update(k, v)
+        layers.append(layer)
+    a, b = layers
+    assert [w for w, _ in a._kstore.order] == [w for w, _ in b._kstore.order] == [w for w, _ in widths[:9]]
+    for x, y in zip((*a.key_blocks, *a.value_blocks), (*b.key_blocks, *b.value_blocks)):
+        assert torch.equal(x.codes, y.codes) and torch.equal(x.scale, y.scale) and torch.equal(x.zero, y.zero)
+    assert torch.equal(a.dequantized_states()[1], b.dequantized_states()[1])

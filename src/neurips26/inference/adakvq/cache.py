@@ -127,6 +127,7 @@ class AdaKVQCache(QuantizedKVCacheMixin, Cache):
             AdaKVQLayer(i, self.controller, quant, keep_dequantized, decode_mode) for i in range(n_layers)
         ]
         super().__init__(layers=layers)
+        self.bind_attention_config(config)
 
     def held_tensors(self) -> list[tuple[str, torch.Tensor]]:
         """The layers' tensors plus the controller's (profile and tracker series, category

@@ -44,6 +44,14 @@ pass per bit-width straight into the attention input; ``"mirror"`` (= ``keep_deq
 flushed blocks' reconstruction (appended once per flush, reported as ``dequantized``); ``"reference"`` is
 the eager per-block path. All three return identical bits.
 
+Attention on the codes (issue 37): with the attention registered by
+:func:`~neurips26.inference.quant.attention.register_codes_attention` selected on the model
+(``model.set_attn_implementation(name)``), a ``"stream"`` layer no longer dequantises: ``update`` returns
+the full-precision window and hands the stored blocks to the attention, which computes
+``q . K_t = (q * s) . c_t + q . z`` and ``sum_t p_t V_t = sum_t (p_t s_t) c_t + sum_t p_t z_t`` from the
+unpacked codes (a C++ CPU operator, :mod:`.kernels`), within a stated float32 bound of
+dequantise-then-SDPA (:func:`~neurips26.inference.quant.attention.equality_bound`).
+
 Shapes
 ------
 - :meth:`KIVICache.update` / :meth:`KIVILayer.update`: ``key_states``, ``value_states``
@@ -64,6 +72,9 @@ Modules
   bit-width, dequantised in one vectorised pass), :class:`~.store.GrowableSequence` (mirrors, ADKV codes).
 - :mod:`.layer`: :func:`check_kv_states`, :class:`ResidualWindowLayer` (the residual-window protocol), :class:`KIVILayer`.
 - :mod:`.cache`: :func:`text_config`, :class:`QuantizedKVCacheMixin`, :class:`KIVICache`.
+- :mod:`.kernels`: ``key_scores``/``value_accum`` on the codes (C++ operator, torch fallback).
+- :mod:`.attention`: :func:`~.attention.register_codes_attention`, :func:`~.attention.attend_codes`, the
+  :class:`~.attention.StoredAttention` hook, :func:`~.attention.equality_bound`.
 """
 
 from neurips26.inference.quant.cache import KIVICache, QuantizedKVCacheMixin, text_config

@@ -31,6 +31,13 @@ class QuantizedKVCacheMixin:
 
     layers: list
 
+    def bind_attention_config(self, config: Any) -> None:
+        """Let every layer follow ``config._attn_implementation``: when it names an attention registered by
+        :func:`~neurips26.inference.quant.attention.register_codes_attention`, layers that support it
+        decode on their codes (``codes_attention="auto"``)."""
+        for layer in self.layers:
+            layer._attn_config = config
+
     def held_tensors(self) -> list[tuple[str, torch.Tensor]]:
         """Every tensor the cache holds (all layers, plus cache-level state), with its category."""
         return [pair for layer in self.layers for pair in layer.held_tensors()]
@@ -124,3 +131,4 @@ class KIVICache(QuantizedKVCacheMixin, Cache):
             for _ in range(config.num_hidden_layers)
         ]
         super().__init__(layers=layers)
+        self.bind_attention_config(config)

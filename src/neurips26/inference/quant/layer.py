@@ -8,6 +8,7 @@ import torch
 from transformers.cache_utils import BaseQuantizedLayer
 
 from neurips26.common.checks import check_int, check_tensor
+from neurips26.inference.quant import attention as _codes
 from neurips26.inference.quant.memory import _measured, held_bytes_report
 from neurips26.inference.quant.packing import FULL_PRECISION_BITS, check_bits
 from neurips26.inference.quant.store import BlockStore, GrowableSequence
@@ -71,7 +72,44 @@ class ResidualWindowLayer(BaseQuantizedLayer):
 
     ``get_seq_length`` counts every token seen; ``batch_select_indices`` reuses the subclass's
     ``reorder_cache``.
+
+    Attention on the codes (:mod:`neurips26.inference.quant.attention`): a subclass whose
+    :meth:`_stored_attention` returns a :class:`~neurips26.inference.quant.attention.StoredAttention`
+    hands it to the registered codes attention instead of dequantising its store, and ``update`` then
+    returns only the window. ``codes_attention``: ``"auto"`` (when the bound config's
+    ``_attn_implementation`` is a registered codes attention), ``"always"`` or ``"never"``;
+    ``codes_max_query``: the most incoming tokens for which it is used (a longer prefill takes SDPA).
     """
+
+    codes_attention: str = "auto"
+    codes_max_query: int = 16
+    _attn_config: Any = None
+
+    def _stored_attention(self) -> Any:
+        """The stored part for the codes attention (``None``: not supported, dequantise instead)."""
+        return None
+
+    def _codes_handle(self, res_k: torch.Tensor, res_v: torch.Tensor, new_tokens: int, kwargs: dict) -> Any:
+        """Put a :class:`~neurips26.inference.quant.attention.CodesHandle` into the model's attention kwargs
+        (``kwargs["kwargs"]``, passed by ``cache.update(..., kwargs=kwargs)``) when the codes attention will
+        read it (see :mod:`neurips26.inference.quant.attention`); return it, or ``None``."""
+        attn_kwargs = kwargs.get("kwargs")
+        if not isinstance(attn_kwargs, dict):
+            return None
+        attn_kwargs.pop(_codes.HANDLE_KEY, None)
+        mode = self.codes_attention
+        if mode == "never" or new_tokens > self.codes_max_query or not self._has_encoded():
+            return None
+        if mode != "always":
+            name = getattr(self._attn_config, "_attn_implementation", None)
+            if name not in _codes.CODES_ATTENTION_NAMES:
+                return None
+        stored = self._stored_attention()
+        if stored is None:
+            return None
+        handle = _codes.CodesHandle(stored, res_k, res_v)
+        attn_kwargs[_codes.HANDLE_KEY] = handle
+        return handle
 
     def _quantizing(self) -> bool:
         raise NotImplementedError
@@ -104,7 +142,10 @@ class ResidualWindowLayer(BaseQuantizedLayer):
         self.cumulative_length += key_states.shape[-2]
         res_k = torch.cat([self.keys, key_states], dim=-2)
         res_v = torch.cat([self.values, value_states], dim=-2)
-        out_k, out_v = self._output(res_k, res_v)
+        if self._codes_handle(res_k, res_v, key_states.shape[-2], kwargs) is not None:
+            out_k, out_v = res_k, res_v  # the stored part travels in the handle
+        else:
+            out_k, out_v = self._output(res_k, res_v)
         if self._quantizing():
             start = self._flush(res_k, res_v)
             if start:  # copy the window out: a view would keep the whole concatenation (the prefill) alive
@@ -277,6 +318,34 @@ class KIVILayer(ResidualWindowLayer):
             self._mirror_k.append(kq.dequantize())
             self._mirror_v.append(vq.dequantize())
 
+    def _flush_runs(self, res_k: torch.Tensor, res_v: torch.Tensor, n_new: int) -> int:
+        """Flush ``n_new`` blocks at once: each run of consecutive blocks of equal bit-widths is quantised in
+        one call on the stacked blocks ``[B * m, H, G, D]``. Every group sees the same elementwise
+        operations as in :meth:`_flush_block`, so the stored codes and parameters are the same bits (tested);
+        the bit-widths are chosen block by block in order, as before."""
+        bits = []
+        for _ in range(n_new):
+            kv = self._next_block_kv_bits()
+            bits.append(kv)
+            self.block_bits.append(kv[1])
+        b, h, _, d = res_k.shape
+        g = self.group_size
+        i = 0
+        while i < n_new:
+            j = i
+            while j < n_new and bits[j] == bits[i]:
+                j += 1
+            m = j - i
+            kbits, vbits = bits[i]
+            for src, store, axis, bw, gs in ((res_k, self._kstore, -2, kbits, g),
+                                             (res_v, self._vstore, -1, vbits, self.value_group_size)):  # fmt: skip
+                run = (
+                    src[..., i * g : j * g, :].reshape(b, h, m, g, d).transpose(1, 2).reshape(b * m, h, g, d)
+                )
+                store.append_run(self._quantize(run, axis=axis, bits=bw, group_size=gs), b, m, n_new - i)
+            i = j
+        return n_new * g
+
     def _quantized_length(self) -> int:
         return len(self._kstore) * self.group_size
 
@@ -313,6 +382,13 @@ class KIVILayer(ResidualWindowLayer):
             outs.append(out)
         return outs[0], outs[1]
 
+    def _stored_attention(self) -> Any:
+        """The stored blocks for the codes attention (``decode_mode="stream"`` only; the mirror and the
+        reference modes keep returning their reconstruction)."""
+        if self.decode_mode != "stream":
+            return None
+        return _codes.KIVIStored(self._kstore, self._vstore, self.group_size)
+
     def _quantizing(self) -> bool:
         return self.nbits != FULL_PRECISION_BITS
 
@@ -323,6 +399,8 @@ class KIVILayer(ResidualWindowLayer):
         """Flush whole ``group_size`` blocks while the window would still keep ``residual_length`` tokens."""
         start = 0
         n_new = max(0, (res_k.shape[-2] - self.residual_length) // self.group_size)
+        if n_new > 1 and not self.keep_dequantized and type(self)._flush_block is KIVILayer._flush_block:
+            return self._flush_runs(res_k, res_v, n_new)
         while res_k.shape[-2] - start >= self.residual_length + self.group_size:
             stop = start + self.group_size
             self._flush_block(

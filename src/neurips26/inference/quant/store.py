@@ -103,6 +103,7 @@ class BlockStore:
         self.bufs: dict[int, dict[str, Any]] = {}
         self.order: list[tuple[int, int]] = []
         self.blocks: list[Any] = []
+        self._pos: dict[int, torch.Tensor] = {}  # bits -> positions of its slots (cached, see positions)
 
     def __len__(self) -> int:
         return len(self.order)
@@ -162,6 +163,33 @@ class BlockStore:
         buf["n"] = slot + 1
         self.order.append((bits, slot))
         self.blocks.append(self._view(bits, slot))
+        self._pos.pop(bits, None)
+
+    def append_run(self, run: Any, batch: int, m: int, reserve: int = 1) -> None:
+        """Append ``m`` blocks quantised together: ``run`` is the block object of the stacked blocks
+        ``[batch * m, H, G, D]`` (rows ordered batch-major), the same bits as ``m`` single appends."""
+        if isinstance(run, FullPrecisionBlock):
+            data = run.data.reshape(batch, m, *run.data.shape[1:])
+            first = FullPrecisionBlock(data[:, 0])
+            parts = {"data": data}
+        else:
+            codes = run.codes.reshape(batch, m, -1)
+            scale = run.scale.reshape(batch, m, *run.scale.shape[1:])
+            zero = run.zero.reshape(batch, m, *run.zero.shape[1:])
+            first = QuantizedTensor(codes[:, 0], scale[:, 0], zero[:, 0], (batch, *run.shape[1:]), run.axis,
+                                    run.group_size, run.bits, run.dtype)  # fmt: skip
+            parts = {"codes": codes, "scale": scale, "zero": zero}
+        self.reserve(max(m, reserve), first)
+        bits = run.bits
+        buf = self.bufs[bits]
+        slot = buf["n"]
+        for name, t in parts.items():
+            buf[name][:, slot : slot + m] = t
+        buf["n"] = slot + m
+        for s in range(slot, slot + m):
+            self.order.append((bits, s))
+            self.blocks.append(self._view(bits, s))
+        self._pos.pop(bits, None)
 
     def _view(self, bits: int, slot: int) -> Any:
         buf = self.bufs[bits]
@@ -199,6 +227,7 @@ class BlockStore:
         """Keep the first ``n_blocks`` blocks (the buffers keep their capacity)."""
         self.order = self.order[:n_blocks]
         self.blocks = self.blocks[:n_blocks]
+        self._pos.clear()
         for bits, buf in self.bufs.items():
             buf["n"] = sum(1 for b, _ in self.order if b == bits)
 
@@ -217,6 +246,24 @@ class BlockStore:
         return out
 
     # -- decoding -------------------------------------------------------------------------------
+    def positions(self, bits: int) -> torch.Tensor:
+        """``int64 [n]``: the position among all stored blocks of each used slot of ``bits``'s buffer."""
+        if bits not in self._pos:
+            pos = [i for i, (b, _) in enumerate(self.order) if b == bits]
+            device = next(t for t in self.bufs[bits].values() if isinstance(t, torch.Tensor)).device
+            self._pos[bits] = torch.tensor(pos, dtype=torch.long, device=device)
+        return self._pos[bits]
+
+    def parts(self) -> list[dict[str, Any]]:
+        """The used part of every buffer as of now: ``{"bits", "n", "pos", and the buffers}`` (the whole
+        buffers, of which slots ``0 .. n - 1`` are used; later appends write only past them, and a growth
+        replaces the buffers, so a list taken before an append still describes the blocks it saw)."""
+        out = []
+        for bits, buf in self.bufs.items():
+            if buf["n"]:
+                out.append({**buf, "bits": bits, "pos": self.positions(bits)})
+        return out
+
     def dequantize_into(self, out: torch.Tensor) -> None:
         """Write every block's reconstruction into ``out [B, H, n_blocks, G, D]`` (one pass per bit-width),
         the bits of ``block.dequantize()`` for every block."""
