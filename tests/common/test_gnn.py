@@ -22,13 +22,32 @@ def test_masked_accuracy_counts_only_the_mask():
     assert masked_accuracy(logits, y, torch.tensor([False, True, True, False])) == 0.0
 
 
-def test_shapes_node_and_graph():
+def test_shapes_node_equivariance_and_graph_invariance():
     torch.manual_seed(0)
     data = _node_data()
-    assert make_gnn("gcn", 5, 3)(data.x, data.edge_index).shape == (12, 3)
-    g = make_gnn("gin", 5, 4, task="graph")
+    eps = torch.finfo(torch.float32).eps
+    node = make_gnn("gcn", 5, 3).eval()
+    out = node(data.x, data.edge_index)
+    assert out.shape == (12, 3)
+    # relabelling the nodes permutes the rows: the message sums run in another order, so
+    # bound: layers * (max_deg + 1 + F + hidden) * eps32 * max|out| (2 layers, F = 5, hidden = 64)
+    max_deg = int(torch.bincount(data.edge_index[1], minlength=12).max())
+    bound = 2 * (max_deg + 1 + 5 + 64) * eps * float(out.abs().max())
+    perm = torch.randperm(12, generator=torch.Generator().manual_seed(1))
+    inv = torch.empty_like(perm)
+    inv[perm] = torch.arange(12)
+    torch.testing.assert_close(node(data.x[perm], inv[data.edge_index]), out[perm], rtol=0.0, atol=bound)
+    g = make_gnn("gin", 5, 4, task="graph").eval()
+    # two graphs (the edges are kept inside each half), mean-pooled per graph
+    ei = data.edge_index[:, (data.edge_index < 6).all(0) | (data.edge_index >= 6).all(0)]
     batch = torch.tensor([0] * 6 + [1] * 6)
-    assert g(data.x, data.edge_index, batch).shape == (2, 4)
+    pooled = g(data.x, ei, batch)
+    assert pooled.shape == (2, 4)
+    # each graph's output is its own: the first graph alone gives row 0, whatever the other graph holds
+    alone = g(data.x[:6], ei[:, (ei < 6).all(0)], torch.zeros(6, dtype=torch.long))
+    bound = 2 * (12 + 5 + 64) * eps * float(pooled.abs().max())
+    torch.testing.assert_close(alone[0], pooled[0], rtol=0.0, atol=bound)
+    assert not torch.allclose(pooled[0], pooled[1])  # and the two graphs differ
 
 
 def test_fit_is_seeded_and_accuracy_is_the_masked_accuracy():

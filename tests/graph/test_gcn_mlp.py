@@ -56,6 +56,16 @@ def test_shapes(toy):
     assert model.embed(toy.x, toy.edge_index).shape == (120, 12)
     assert _small(variant="gcn").embed(toy.x, toy.edge_index).shape == (120, 6)
     assert model.embed(toy.x, toy.edge_index, view="mlp").shape == (120, 6)
+    # behaviour: the MLP view of a node reads its own features only; the GCN view reads the graph
+    model.eval()
+    zg, zm = model(toy.x, toy.edge_index)
+    none = torch.zeros(2, 0, dtype=torch.long)
+    zg0, zm_alone = model(toy.x[:10], none)
+    # a 10-row batch runs other GEMM shapes: bound: (F + 2 hidden) * eps32 * max|z| (F = 8, hidden = 16)
+    bound = (8 + 2 * 16) * torch.finfo(torch.float32).eps * float(zm.abs().max())
+    torch.testing.assert_close(zm_alone, zm[:10], rtol=0.0, atol=bound)
+    assert (zg0 - zg[:10]).abs().max() > 1e-3  # dropping the edges changes the GCN view
+    torch.testing.assert_close(model.embed(toy.x, toy.edge_index), torch.cat([zg, zm], 1))
 
 
 def test_deterministic_in_eval(toy):
