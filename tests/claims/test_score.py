@@ -59,3 +59,11 @@ def test_claim_declares_items_that_resolve_every_margin():
         if getattr(crit, "margin", 0) > 0:
             assert full is not None and 1.0 / full < crit.margin, crit.label  # one query cannot flip it
     assert len(CLAIM.seeds["full"]) >= 3
+
+
+def test_smoke_judged_mrrs_equal_our_cross_check(smoke_result):
+    """pref_mrr / mrr_all / link_mrr are PyKEEN's; the mean of answer_mrr agrees within the stated bound."""
+    info = smoke_result("score")["info"][0]
+    for n in DATASETS:
+        check = info[n]["mrr_crosscheck"]
+        assert check["max_abs_diff"] <= check["tolerance"] < 3e-6

@@ -682,6 +682,7 @@ CLAIM = Claim(
     headlines=(
         Headline(
             "ABC-Align outperforms prior semi-supervised baselines when human feedback is scarce (reward modelling / RLHF path)",
+            primary=True,
             criteria=(
                 "abc_beats_ppi_pp_small_n",
                 "abc_beats_ppi_small_n",
@@ -721,7 +722,14 @@ CLAIM = Claim(
         "The fixed-c grid is {0, 0.5, 1} (the spec's 'tuned fixed c' is oracle-tuned here and reported as a reference). "
         "Part B runs on seeds 0-2 with 3 arms (ABC, PPI++, pseudo-only), 100 DPO steps of 16 pseudo + 8 human pairs "
         "(spec: 200 steps, 64 + 16) and is reported in info, not judged (see the DPO headline). The SmolLM2-135M LoRA arm "
-        "is not run."
+        "is not run. Part A's reward models train through the in-house ABCRewardTrainer, not TRL's RewardTrainer: the "
+        "arms are replicas of one feature-vector MLP ensemble trained in lockstep (up to 19 replicas x 2,000 steps per "
+        "human set), which RewardTrainer (a transformers Trainer over a sequence-classification model and tokenised "
+        "pairs) cannot run within the budget. tests/rl/test_abc_align_reward_trl.py shows that on one tiny Llama "
+        "sequence classifier and batch the in-house trainer equals RewardTrainer as shipped (pseudo-only objective, "
+        "Bradley-Terry) and RewardTrainer with compute_loss = abc_reward_loss (ABC-Align, c = 0.5): loss within "
+        "64 eps32, gradients within 1e-5 + 1e-4 |g|, one Adam(W, decay 0) step within the first-step bound "
+        "min(2 lr, 2 lr |dg| / (|g| + eps)) + 4 eps32 |p| (float32, no bf16 autocast)."
     ),
     data=(
         "Part A: synthetic Gaussian features and a seeded random-MLP utility (generated in code). Part B: strings over "

@@ -30,16 +30,20 @@ from neurips26.claims.base import AtLeast, AtMost, Better, Claim, Headline, Seed
 from neurips26.claims.plotting import pyplot, save_figure
 from neurips26.common.cache import cached_object
 from neurips26.common.kg import (
+    PykeenRanking,
     filtered_ranks,
     known_tails,
     load_pykeen_dataset,
     positive_mask,
+    pykeen_mrr_tolerance,
+    pykeen_ranking_metrics,
     ranking_metrics,
 )
 from neurips26.kg.score import (
     SCORE,
     STRUCTURES,
     ComplExEmbeddings,
+    add_answer_ranks,
     CosineReranker,
     FuzzyAdjacency,
     NQRLite,
@@ -65,6 +69,10 @@ ARMS_BY_POSITION = {
     "inter": ("score", "unconstrained", "cosine", "nqr_lite", "score_at_target", "oracle"),
 }
 METRICS = ("pref_mrr", "mrr_all", "ndcg", "pairwise")
+JUDGED_MRRS = ("pref_mrr", "mrr_all")  # computed by PyKEEN's evaluator (neurips26.common.kg.PykeenRanking)
+# |PyKEEN - ours|: the session MRRs (PyKEEN's macro path) and ours both average float64 reciprocals of the
+# same ranks (exact halves), the link MRR (micro path, float32 mean) is within pykeen_mrr_tolerance(2 T)
+# for T test triples; info[dataset]["mrr_crosscheck"] records the largest difference and that bound
 SESSION_ARMS = ("score", "unconstrained", "cosine", "nqr_lite")
 
 
@@ -112,13 +120,17 @@ def _kge(kg, cfg: dict, seed: int) -> ComplExEmbeddings:
     return ComplExEmbeddings(d["entity"], d["relation"], d["losses"])
 
 
-def _link_mrr(kge: ComplExEmbeddings, kg) -> float:
+def _link_mrr(kge: ComplExEmbeddings, kg) -> tuple[float, float]:
+    """PyKEEN RankBasedEvaluator's filtered MRR (judged) and ``|PyKEEN - ours|`` (the cross-check)."""
     r_count = kg.num_relations
     q = torch.cat([kg.test[:, :2], torch.stack([kg.test[:, 2], kg.test[:, 1] + r_count], 1)])
     targets = torch.cat([kg.test[:, 2], kg.test[:, 0]])
     scores = torch.cat([kge.tail_scores(q[i : i + 1, 0], int(q[i, 1])) for i in range(q.shape[0])])
     known = known_tails(kg.train, kg.valid, kg.test, num_relations=r_count)
-    return ranking_metrics(filtered_ranks(scores, targets, positive_mask(q, known, kg.num_entities)))["mrr"]
+    mask = positive_mask(q, known, kg.num_entities)
+    judged = pykeen_ranking_metrics(scores, targets, mask)["mrr"]
+    ours = ranking_metrics(filtered_ranks(scores, targets, mask))["mrr"]
+    return judged, abs(judged - ours)
 
 
 def _clusters(kg, k: int, seed: int) -> torch.Tensor:
@@ -287,7 +299,7 @@ def _session_scorers(base, ex, score, cosine, nqr, emb) -> dict:
 def _dataset(name: str, cfg: dict, seed: int) -> tuple[dict, dict, dict, list]:
     kg = load_pykeen_dataset(name)
     kge = _kge(kg, cfg, seed)
-    link_mrr = _link_mrr(kge, kg)
+    link_mrr, link_diff = _link_mrr(kge, kg)
     r2 = 2 * kg.num_relations
     adj = FuzzyAdjacency.from_link_predictor(
         kge.tail_scores,
@@ -302,6 +314,7 @@ def _dataset(name: str, cfg: dict, seed: int) -> tuple[dict, dict, dict, list]:
     test, test_stats = _sessions(kg, clusters, "test", cfg, seed)
     emb = _emb_features(kge)
     metrics, info, rows = {}, {"link_mrr": link_mrr, "dev_yield": dev_stats, "test_yield": test_stats}, []
+    crosscheck = {"link_mrr": link_diff}
     curves: dict = {}
     sweeps = {}
     nqr_steps = {}
@@ -340,7 +353,12 @@ def _dataset(name: str, cfg: dict, seed: int) -> tuple[dict, dict, dict, list]:
         }
         per_arm: dict[str, list[dict]] = {a: [] for a in ARMS_BY_POSITION[position]}
         steps: dict[str, list[list[float]]] = {a: [] for a in SESSION_ARMS}
-        for qtype, s in test[position]:
+        # judged MRRs: PyKEEN's (Macro)RankBasedEvaluator, one row per answer keyed by its session, so each
+        # metric is the mean over sessions of the session's filtered MRR (realistic rank)
+        judged = {
+            (key, arm): PykeenRanking(macro=True) for key in JUDGED_MRRS for arm in ARMS_BY_POSITION[position]
+        }
+        for sid, (qtype, s) in enumerate(test[position]):
             base = ex(s.structure, s.anchors, s.relations)
             with torch.no_grad():
                 arms = _arm_scores(s, base, ex, score, cosine, nqr, emb, clusters, cfg, position)
@@ -353,6 +371,8 @@ def _dataset(name: str, cfg: dict, seed: int) -> tuple[dict, dict, dict, list]:
             for arm, sc in arms.items():
                 m = session_metrics(sc, s)
                 per_arm[arm].append(m)
+                add_answer_ranks(judged[("pref_mrr", arm)], sc, s.preferred, s.easy, sid)
+                add_answer_ranks(judged[("mrr_all", arm)], sc, torch.cat([s.preferred, s.other]), s.easy, sid)
                 rows.append(
                     {
                         "dataset": name,
@@ -367,6 +387,10 @@ def _dataset(name: str, cfg: dict, seed: int) -> tuple[dict, dict, dict, list]:
             metrics[f"{key}_{name}_{position}"] = {
                 arm: float(np.mean([m[key] for m in ms])) for arm, ms in per_arm.items()
             }
+        for (key, arm), ranking in judged.items():
+            ours = metrics[f"{key}_{name}_{position}"][arm]  # mean of answer_mrr: the cross-check
+            metrics[f"{key}_{name}_{position}"][arm] = ranking.finalize()["mrr"]
+            crosscheck[f"{key}_{position}_{arm}"] = abs(metrics[f"{key}_{name}_{position}"][arm] - ours)
         metrics[f"pref_mrr_session_{name}_{position}"] = {
             arm: float(np.mean([np.mean(x) for x in rows_])) for arm, rows_ in steps.items()
         }
@@ -376,6 +400,7 @@ def _dataset(name: str, cfg: dict, seed: int) -> tuple[dict, dict, dict, list]:
         }
         info[f"sessions_{position}"] = {"dev": len(dv), "test": len(test[position])}
     metrics[f"link_mrr_{name}"] = {"unconstrained": link_mrr}
+    info["mrr_crosscheck"] = {"max_abs_diff": max(crosscheck.values()), "tolerance": pykeen_mrr_tolerance(2 * kg.test.shape[0])}
     return metrics, info, sweeps, rows, curves
 
 
@@ -549,6 +574,7 @@ CLAIM = Claim(
     headlines=(
         Headline(
             "For target-variable constraints SCORE incorporates preferences without degrading overall QA performance",
+            primary=True,
             criteria=tuple(
                 f"{x}_{n}"
                 for n in DATASETS
@@ -615,7 +641,10 @@ CLAIM = Claim(
         "mean positive sim, mean negative sim, entity embedding] -> additive delta, pairwise hinge loss, Adam, "
         "full batch on 3/4 of the same development sessions, early-stopped on the other 1/4 by NDCG@10), QuerySampler (backward BetaE sampling through a held-out "
         "edge; unions and negations with an answer that survives the negation), variable_bindings (exact per-value "
-        "induced answers), session_steps (interactive mixed sessions). One link predictor, one executor, the same "
+        "induced answers), session_steps (interactive mixed sessions). The judged MRRs (pref_mrr, mrr_all, link_mrr) are "
+        "computed by PyKEEN's RankBasedEvaluator (MacroRankBasedEvaluator keyed by session for the session means; "
+        "neurips26.common.kg.PykeenRanking, realistic rank) on our scores; answer_mrr / filtered_ranks are the "
+        "cross-check (info[dataset]['mrr_crosscheck']: largest difference and its bound). One link predictor, one executor, the same "
         "sessions, examples and candidate sets for every arm."
     ),
     differences=(
@@ -623,7 +652,7 @@ CLAIM = Claim(
         "synthetic clustered KG; preference groups are k-means (k = 6) clusters of full-graph relation profiles. "
         "Sessions have 2 positive + 2 negative examples (spec: up to 5 + 5); the criteria use all four at once, "
         "and the interactive mixed session (one example per step, p, n, p, n; spec step 7) is reported as "
-        "pref_mrr_session (mean over the 4 steps) and a per-step curve for SCORE, Cosine, NQR-lite and the "
+        "pref_mrr_session (mean over the 4 steps; our answer_mrr, not PyKEEN: it is reported, not judged) and a per-step curve for SCORE, Cosine, NQR-lite and the "
         "unconstrained ranking (tuning uses the full sessions only). The examples are chosen as the most frequent values of the constrained variable in each group that are "
         "not themselves evaluated answers (for the target variable: easy answers of the group, then other group "
         "members at random). Instances need both preferred and other hard answers; an answer induced by both a "
@@ -659,12 +688,14 @@ CLAIM = Claim(
         **{
             f"pref_mrr_{n}_{p}": f"{n}, constraint on the {'target' if p == 'target' else 'an intermediate'} variable: "
             "mean over test sessions of the filtered MRR of the preferred hard answers (other preferred answers and "
-            "easy answers removed, the other hard answers compete; realistic rank)"
+            "easy answers removed, the other hard answers compete; realistic rank), computed by PyKEEN's "
+            "MacroRankBasedEvaluator (a RankBasedEvaluator keyed by session)"
             for n in DATASETS
             for p in POSITIONS
         },
         **{
-            f"mrr_all_{n}_{p}": f"{n}, {p}: filtered MRR of all hard answers of the session's query (plain QA quality)"
+            f"mrr_all_{n}_{p}": f"{n}, {p}: filtered MRR of all hard answers of the session's query (plain QA quality), "
+            "mean over test sessions by PyKEEN's MacroRankBasedEvaluator"
             for n in DATASETS
             for p in POSITIONS
         },
@@ -679,8 +710,8 @@ CLAIM = Claim(
             for p in POSITIONS
         },
         **{
-            f"link_mrr_{n}": f"{n}: filtered MRR (both directions, all splits filtered) of the ComplEx link predictor on "
-            "the test triples"
+            f"link_mrr_{n}": f"{n}: filtered MRR (both directions, all splits filtered, realistic rank) of the ComplEx link "
+            "predictor on the test triples, computed by PyKEEN's RankBasedEvaluator"
             for n in DATASETS
         },
     },

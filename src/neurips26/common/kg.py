@@ -29,6 +29,9 @@ For a query ``(h, r, ?)`` with true tail ``t`` and scores ``s``, every *other* k
 
 with ``F`` the filtered set. MRR is the mean of ``1 / rank``; Hits@k the fraction with ``rank <= k``.
 The test suite checks both against :class:`pykeen.evaluation.RankBasedEvaluator` on the same scores.
+The judged metrics of the KG claims come from PyKEEN itself: :class:`PykeenRanking` drives
+``RankBasedEvaluator.process_scores_`` / ``finalize`` with our scores and filter (same rank variant,
+realistic); :func:`filtered_ranks` stays as the tested-equal cross-check (:func:`pykeen_mrr_tolerance`).
 
 Inverse relations
 -----------------
@@ -65,6 +68,10 @@ __all__ = [
     "ranking_metrics",
     "in_degree",
     "zipf_queries",
+    "PYKEEN_RANK_TYPE",
+    "PykeenRanking",
+    "pykeen_mrr_tolerance",
+    "pykeen_ranking_metrics",
 ]
 
 PYKEEN_DATASETS = ("nations", "kinships", "umls")
@@ -529,3 +536,145 @@ def zipf_queries(
     pick = order[lo + (rng.random(num_queries) * (hi - lo)).astype(np.int64)]
     rows = torch.as_tensor(cand[pick], dtype=torch.long)
     return rows[:, :2].contiguous(), rows[:, 2].contiguous()
+
+
+# ------------------------------------------------------------------------------ PyKEEN's evaluator
+
+#: The PyKEEN rank variant the judged metrics use; :func:`filtered_ranks` computes the same rank.
+PYKEEN_RANK_TYPE = "realistic"
+
+_EPS32 = float(torch.finfo(torch.float32).eps)
+
+
+def pykeen_mrr_tolerance(num_ranks: int) -> float:
+    """Largest ``|ours - PyKEEN|`` between :func:`ranking_metrics`' MRR and :class:`PykeenRanking`'s.
+
+    Both compute the same ranks (the realistic rank is a multiple of 1/2 below ``2^23``, exact in
+    PyKEEN's float32); only the mean differs: PyKEEN takes ``1 / hmean`` of the float32 ranks (SciPy,
+    float32 reciprocals and a pairwise float32 sum, then two reciprocals) where we average float64
+    reciprocals. The mean of ``n`` values in ``(0, 1]`` summed pairwise in float32 is off by at most
+    ``(ceil(log2 n) + 1) eps32`` relative, each reciprocal adds ``eps32 / 2``: the bound is
+    ``(ceil(log2 n) + 4) eps32`` (MRR <= 1, so absolute = relative). The macro-averaged (grouped) path
+    works in float64 and stays far inside it.
+    """
+    n = check_int("num_ranks", num_ranks, low=1)
+    return (int(np.ceil(np.log2(n))) + 4) * _EPS32
+
+
+def _pykeen_evaluation():
+    """Import :mod:`pykeen.evaluation` with ``PYSTOW_HOME`` defaulting to a temporary folder.
+
+    Importing PyKEEN creates its data folders through ``pystow``; unless the caller chose
+    ``PYSTOW_HOME``, they go to a fresh temporary folder instead of ``~/.data`` (nothing is downloaded).
+    """
+    import os
+    import tempfile
+
+    if "PYSTOW_HOME" not in os.environ:
+        os.environ["PYSTOW_HOME"] = tempfile.mkdtemp(prefix="neurips26-pystow-")
+    import pykeen.evaluation as evaluation
+    from pykeen.evaluation.evaluator import filter_scores_
+
+    return evaluation, filter_scores_
+
+
+class PykeenRanking:
+    """Filtered ranking metrics computed by PyKEEN's :class:`~pykeen.evaluation.RankBasedEvaluator`.
+
+    Our score tensors go through PyKEEN's own evaluation loop (``pykeen.evaluation.evaluator.
+    _evaluate_batch``): the true score is kept, every filtered entity is set to NaN with PyKEEN's
+    ``filter_scores_``, the true entity's score is restored, and the batch is handed to the evaluator's
+    ``process_scores_`` (target ``"tail"``); :meth:`finalize` calls the evaluator's ``finalize`` and
+    reads the :data:`PYKEEN_RANK_TYPE` (realistic) inverse harmonic mean rank (MRR) and Hits@k.
+
+    ``macro=False`` (default): :class:`~pykeen.evaluation.RankBasedEvaluator`, the mean over all added
+    rows (equal to :func:`ranking_metrics` of :func:`filtered_ranks` within
+    :func:`pykeen_mrr_tolerance`). ``macro=True``: PyKEEN's
+    :class:`~pykeen.evaluation.MacroRankBasedEvaluator` (a ``RankBasedEvaluator`` subclass) with each
+    :meth:`add` call's ``group`` as the row key, so the metric is the mean over groups of each
+    group's mean (e.g. the mean over sessions of each session's answer MRR).
+
+    Parameters
+    ----------
+    ks : tuple of int, default (1, 3, 10)
+        Hits@k cut-offs.
+    macro : bool, default False
+        Average per group first (see above).
+    """
+
+    def __init__(self, ks: tuple[int, ...] = (1, 3, 10), *, macro: bool = False) -> None:
+        self.ks = tuple(check_int("k", k, low=1) for k in ks)
+        self.macro = bool(macro)
+        evaluation, self._filter = _pykeen_evaluation()
+        from pykeen.metrics.ranking import HitsAtK, InverseHarmonicMeanRank
+
+        cls = evaluation.MacroRankBasedEvaluator if self.macro else evaluation.RankBasedEvaluator
+        self.evaluator = cls(
+            filtered=True,
+            metrics=[InverseHarmonicMeanRank(), *(HitsAtK(k=k) for k in self.ks)],
+            add_defaults=False,
+        )
+        self.count = 0
+        self._groups: set[int] = set()
+
+    def add(
+        self, scores: Tensor, targets: Tensor, filter_mask: Tensor | None = None, *, group: int | None = None
+    ) -> None:
+        """Rank the ``targets`` of a ``[B, N]`` score batch (filtered set as in :func:`filtered_ranks`).
+
+        ``group`` (required with ``macro=True``, a non-negative int) keys the rows for macro averaging;
+        without ``macro`` the rows are keyed by their running index.
+        """
+        if scores.dim() != 2:
+            raise ValueError(f"scores must have shape (B, N), got {tuple(scores.shape)}")
+        check_shape("targets", targets, (scores.shape[0],))
+        if not torch.isfinite(scores).all():
+            raise ValueError("scores contains NaN or inf")
+        if ((targets < 0) | (targets >= scores.shape[1])).any():
+            raise ValueError(f"targets must lie in [0, {scores.shape[1]})")
+        if self.macro and group is None:
+            raise ValueError("macro averaging needs the group of every batch")
+        b = scores.shape[0]
+        rows = torch.arange(b)
+        targets = targets.long()
+        true = scores[rows, targets].detach().clone()
+        filtered = scores.detach().clone()
+        if filter_mask is not None:
+            check_shape("filter_mask", filter_mask, tuple(scores.shape))
+            filtered = self._filter(scores=filtered, filter_batch=filter_mask.bool().nonzero())
+            filtered[rows, targets] = true
+        if group is None:
+            keys = torch.arange(self.count, self.count + b)
+        else:
+            keys = torch.full((b,), check_int("group", group, low=0), dtype=torch.long)
+            self._groups.add(int(group))
+        hrt = torch.stack([keys, torch.zeros_like(keys), targets], 1)
+        self.evaluator.process_scores_(hrt_batch=hrt, target="tail", scores=filtered, true_scores=true.unsqueeze(1))
+        self.count += b
+
+    def finalize(self) -> dict[str, float]:
+        """``{"mrr", "hits@k", "count"}`` from the evaluator's ``finalize`` (clears the evaluator)."""
+        if self.count == 0:
+            raise ValueError("no ranks were added")
+        res = self.evaluator.finalize()
+        kind = PYKEEN_RANK_TYPE
+        out = {"mrr": float(res.get_metric(f"tail.{kind}.inverse_harmonic_mean_rank"))}
+        for k in self.ks:
+            out[f"hits@{k}"] = float(res.get_metric(f"tail.{kind}.hits_at_{k}"))
+        out["count"] = self.count
+        self.count = 0
+        self._groups.clear()
+        return out
+
+
+def pykeen_ranking_metrics(
+    scores: Tensor, targets: Tensor, filter_mask: Tensor | None = None, ks: tuple[int, ...] = (1, 3, 10)
+) -> dict[str, float]:
+    """PyKEEN's filtered MRR and Hits@k of one score batch (:class:`PykeenRanking`, one ``add``).
+
+    Equal to ``ranking_metrics(filtered_ranks(scores, targets, filter_mask), ks)`` within
+    :func:`pykeen_mrr_tolerance` (MRR; Hits@k exactly: same ranks).
+    """
+    ranking = PykeenRanking(ks)
+    ranking.add(scores, targets, filter_mask)
+    return ranking.finalize()

@@ -80,6 +80,28 @@ def answer_mrr(scores: Tensor, answers: Tensor, exclude: Tensor) -> float:
     return float((1.0 / ranks).mean())
 
 
+def add_answer_ranks(ranking, scores: Tensor, answers: Tensor, exclude: Tensor, group: int) -> None:
+    """Hand :func:`answer_mrr`'s ranking problem to PyKEEN: one row per answer, keyed by ``group``.
+
+    ``ranking`` is a :class:`neurips26.common.kg.PykeenRanking` (``macro=True`` makes its MRR the mean
+    over groups of each group's :func:`answer_mrr`, PyKEEN's realistic rank; equal to averaging
+    :func:`answer_mrr` within float64 rounding). The filtered set is the same: the other answers and
+    ``exclude``.
+    """
+    answers = torch.as_tensor(answers).flatten()
+    if answers.numel() == 0:
+        raise ValueError("answers must not be empty")
+    mask = torch.zeros(scores.shape[-1], dtype=torch.bool)
+    mask[answers] = True
+    mask[torch.as_tensor(exclude).flatten()] = True
+    ranking.add(
+        scores.unsqueeze(0).expand(answers.numel(), -1),
+        answers,
+        mask.expand(answers.numel(), -1),
+        group=group,
+    )
+
+
 def session_metrics(scores: Tensor, session: Session, k: int = 10) -> dict[str, float]:
     """Preference and plain QA metrics of final scores ``[N]`` for one session.
 
