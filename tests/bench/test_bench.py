@@ -56,16 +56,37 @@ def test_every_benchmark_runs_its_arms_on_a_small_case(name):
         if arm != "flex_compiled":  # compiling takes minutes on CPU: tests/inference (slow) covers it
             fn()
     assert isinstance(extra, dict)
-    assert set(bench.targets) <= set(arms)
+    assert set(bench.targets) <= set(arms) | set(extra.get("skipped", {}))
     for case in bench.cases(True) + bench.cases(False):
         assert bench.x in case
     assert all(c in bench.cases(False) for c in bench.cases(True))  # quick is a subset of full
 
 
-def test_kv_decode_caches_hold_fewer_bytes_than_dynamic():
-    _, extra = S.BENCHMARKS["kv_decode"].setup(dict(SMALL["kv_decode"]), 0)
+def test_kv_decode_caches_hold_fewer_bytes_than_dynamic(monkeypatch):
+    from neurips26.inference.quant import attention
+
+    calls = []
+    real = attention.attend_codes
+    monkeypatch.setattr(attention, "attend_codes", lambda *a, **k: calls.append(1) or real(*a, **k))
+    arms, extra = S.BENCHMARKS["kv_decode"].setup(dict(SMALL["kv_decode"]), 0)
     kv = extra["kv_bytes"]
-    assert all(kv[a] < kv["dynamic"] for a in ("kivi2", "adakvq", "adkv"))
+    assert set(S.KV_PEERS) <= set(arms) | set(extra["skipped"])  # every peer runs or says why not
+    assert all(kv[a] < kv["dynamic"] for a in arms if a != "dynamic")
+    assert all(extra["peak_bytes"][a] >= kv[a] > 0 for a in arms)
+    assert extra["kv_bytes_ratio"]["dynamic"] == extra["peak_ratio"]["dynamic"] == 1.0
+    assert extra["attention"]["kivi2"] == extra["attention"]["adakvq"] == "kv_codes"
+    assert extra["attention"]["kivi2_dequant"] == "sdpa"
+    n_layers = S._model("tiny").config.num_hidden_layers
+    assert len(calls) == 2 * n_layers  # the peak-memory step of kivi2 and adakvq ran on the codes
+    calls.clear()
+    arms["kivi2"]()
+    arms["kivi2_dequant"]()
+    assert len(calls) == n_layers
+
+
+def test_kv_decode_adakvq_arm_mixes_bit_widths():
+    bits = S._adakvq_bits(30)
+    assert len(set(bits)) >= 2 and sum(bits) / 30 <= 2.5
 
 
 def test_codec_benchmark_is_bitwise_exact():
@@ -102,6 +123,15 @@ def test_run_bench_writes_json_with_ratios_targets_env_and_commit(tmp_path, monk
     t = data["targets"]["m"]
     assert t["met"] is True and t["at"] == {"threads": 2, "n": 2}
     assert "torch" in json.dumps(data["env"]) and "commit" in data["provenance"]
+
+
+def test_several_targets_per_arm_and_extra_conditions(monkeypatch):
+    fake = _fake(monkeypatch, targets={"m": [(1e9, 2, {"n": 1.5}), (1e9, 1)]})
+    res = run_bench("fake", threads=(1,), write=False)
+    assert res["targets"]["m"]["met"] is False and res["targets"]["m"]["measured_n"] == 2  # extra n = 2 > 1.5
+    assert res["targets"]["m@1"]["met"] is True and res["targets"]["m@1"]["arm"] == "m"
+    rows = target_rows({"name": fake.name, "x": "n", "targets": res["targets"]})
+    assert "n <= 1.5" in rows[0][2] and rows[1][1] == "m@1"
 
 
 def test_quick_run_without_the_target_case_says_so(tmp_path, monkeypatch):

@@ -59,9 +59,12 @@ class Benchmark:
         measured quantities that are not times (stored bytes, density, ...), recorded with the case.
     x : str
         The case key that the report plots the ratio against.
-    targets : mapping of str to (float, value)
-        ``{arm: (r, at)}``: issue 22's target ``ratio <= r`` at the case whose ``x`` equals ``at`` (the
-        largest such case by batch and threads is judged), where one was set.
+    targets : mapping of str to (float, value[, conditions]) or a list of them
+        ``{arm: (r, at)}``: the target ``ratio <= r`` at the case whose ``x`` equals ``at`` (the largest
+        such case by batch and threads is judged), where one was set (issues 22 and 37). ``conditions``
+        ``{extra_key: limit}`` adds ``extra[extra_key][arm] <= limit`` (e.g. stored bytes against the
+        reference). A list gives several targets of one arm; the JSON keys the first ``arm`` and the
+        others ``arm@at``.
     repeats : tuple of int
         Timed repeats (quick, full).
     notes : str
@@ -74,7 +77,7 @@ class Benchmark:
     cases: Callable[[bool], list[dict[str, Any]]]
     setup: Callable[[dict[str, Any], int], tuple[dict[str, Callable[[], Any]], dict[str, Any]]]
     x: str
-    targets: Mapping[str, tuple[float, Any]] = dataclasses.field(default_factory=dict)
+    targets: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     repeats: tuple[int, int] = (5, 9)
     notes: str = ""
 
@@ -230,10 +233,7 @@ def run_bench(
         "seed": seed,
         "threads": list(threads),
         "rows": rows,
-        "targets": {
-            a: {"max_ratio": r, bench.x: at, **_target_status(rows, bench, a, r, at)}
-            for a, (r, at) in bench.targets.items()
-        },
+        "targets": _targets(rows, bench),
         "notes": bench.notes,
         "wall_s": time.perf_counter() - start,
         "env": capture_env(),
@@ -253,16 +253,47 @@ def run_bench(
     return result
 
 
-def _target_status(rows: list[dict], bench: Benchmark, arm: str, limit: float, at: Any) -> dict[str, Any]:
-    """The measured ratio at the target's case (largest batch, most threads), and whether it is ``<= limit``.
+def _targets(rows: list[dict], bench: Benchmark) -> dict[str, Any]:
+    """Every target of ``bench`` with its status (see :class:`Benchmark`)."""
+    out: dict[str, Any] = {}
+    for arm, spec in bench.targets.items():
+        specs = spec if isinstance(spec, list) else [spec]
+        for i, t in enumerate(specs):
+            r, at = t[0], t[1]
+            cond = dict(t[2]) if len(t) > 2 else {}
+            key = arm if i == 0 else f"{arm}@{at}"
+            entry = {"arm": arm, "max_ratio": r, bench.x: at}
+            if cond:
+                entry["conditions"] = cond
+            out[key] = {**entry, **_target_status(rows, bench, arm, r, at, cond)}
+    return out
+
+
+def _target_status(
+    rows: list[dict],
+    bench: Benchmark,
+    arm: str,
+    limit: float,
+    at: Any,
+    conditions: Mapping[str, float] | None = None,
+) -> dict[str, Any]:
+    """The measured ratio at the target's case (largest batch, most threads), and whether it is ``<= limit``
+    (and every ``extra[key][arm] <= conditions[key]``).
 
     ``met`` is ``None`` when the run did not include that case (the quick list is a subset)."""
     mine = [r for r in rows if arm in r["ratio"] and r["case"].get(bench.x) == at]
     if not mine:
         return {"measured": None, "met": None, "at": None}
     top = max(mine, key=lambda r: (r["case"].get("batch", 0), r["threads"]))
-    return {"measured": top["ratio"][arm], "met": bool(top["ratio"][arm] <= limit),
-            "at": {"threads": top["threads"], **top["case"]}}  # fmt: skip
+    met = bool(top["ratio"][arm] <= limit)
+    out = {"measured": top["ratio"][arm], "at": {"threads": top["threads"], **top["case"]}}
+    for key, lim in (conditions or {}).items():
+        value = top.get("extra", {}).get(key)
+        value = value.get(arm) if isinstance(value, dict) else value
+        out[f"measured_{key}"] = value
+        met = met and value is not None and value <= lim
+    out["met"] = met
+    return out
 
 
 def __getattr__(name: str) -> Any:

@@ -32,16 +32,24 @@ def load_bench(folder: Path) -> list[dict[str, Any]]:
     return out
 
 
+def _arms(data: dict[str, Any]) -> list[str]:
+    """Every arm of any row, in first-seen order, without the reference (a case may lack some arms)."""
+    arms: list[str] = []
+    for r in data["rows"]:
+        arms += [a for a in r["ratio"] if a != data["reference"] and a not in arms]
+    return arms
+
+
 def ratio_rows(data: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
-    """One row per (threads, case): the ratio of every arm against the reference."""
-    arms = [a for a in data["rows"][0]["ratio"] if a != data["reference"]]
+    """One row per (threads, case): the ratio of every arm against the reference ("-" where not run)."""
+    arms = _arms(data)
     keys = list(data["rows"][0]["case"])
     header = ["threads", *keys, f"{data['reference']} (ms)", *(f"{a} / {data['reference']}" for a in arms)]
     rows = []
     for r in data["rows"]:
         ref_ms = r["timing"][data["reference"]]["median_s"] * 1e3
         rows.append([str(r["threads"]), *(str(r["case"][k]) for k in keys), f"{ref_ms:.3g}",
-                     *(f"{r['ratio'][a]:.2f}x" for a in arms)])  # fmt: skip
+                     *(f"{r['ratio'][a]:.2f}x" if a in r["ratio"] else "-" for a in arms)])  # fmt: skip
     return header, rows
 
 
@@ -49,6 +57,8 @@ def target_rows(data: dict[str, Any]) -> list[list[str]]:
     out = []
     for arm, t in data.get("targets", {}).items():
         where = f"{data['x']} = {t.get(data['x'])}"
+        for key, lim in t.get("conditions", {}).items():
+            where += f", {key} <= {lim}"
         if t.get("met") is None:
             measured, state = "-", "not in this run"
         else:
@@ -67,14 +77,14 @@ def bench_plot(data: dict[str, Any], folder: Path) -> Path:
     from neurips26.claims.plotting import save_figure
 
     x = data["x"]
-    arms = [a for a in data["rows"][0]["ratio"] if a != data["reference"]]
+    arms = _arms(data)
     fig, ax = plt.subplots(figsize=(6, 3.6))
     styles = {t: s for t, s in zip(sorted({r["threads"] for r in data["rows"]}), ("-", "--", ":", "-."))}
     for i, arm in enumerate(arms):
         for t, style in styles.items():
             pts = {}
             for r in data["rows"]:
-                if r["threads"] == t:  # several batches at one x: the largest batch
+                if r["threads"] == t and arm in r["ratio"]:  # several batches at one x: the largest batch
                     pts[r["case"][x]] = r["ratio"][arm]
             xs = sorted(pts)
             ax.plot(xs, [pts[v] for v in xs], style, marker="o", color=f"C{i}", label=f"{arm} ({t} thr)")

@@ -42,8 +42,9 @@ __all__ = ["cache_tensor_bytes", "decode_benchmark", "peak_allocated_bytes", "ra
 def cache_tensor_bytes(obj: Any) -> int:
     """Bytes of all distinct tensor storages reachable from ``obj``.
 
-    Walks attributes, dataclass fields, lists, tuples, sets and dict values; a storage shared by
-    several tensors (views) is counted once.
+    Walks attributes, dataclass fields, lists, tuples, sets and dict values, and the inner tensors of
+    wrapper tensor subclasses (``__tensor_flatten__``, e.g. optimum-quanto's packed tensors); a storage
+    shared by several tensors (views) is counted once.
 
     Parameters
     ----------
@@ -63,6 +64,11 @@ def cache_tensor_bytes(obj: Any) -> int:
             continue
         seen_objects.add(id(item))
         if isinstance(item, torch.Tensor):
+            if type(item) is not torch.Tensor and hasattr(item, "__tensor_flatten__"):
+                # a wrapper subclass (e.g. optimum-quanto's packed QTensor): its inner tensors hold the bytes
+                names, _ = item.__tensor_flatten__()
+                stack.extend(getattr(item, n) for n in names)
+                continue
             storage = item.untyped_storage()
             seen_storages[(storage.data_ptr(), str(item.device))] = storage.nbytes()
         elif isinstance(item, torch.nn.Module):
