@@ -102,7 +102,7 @@ def _blank_model() -> nn.Module:
 def logreg_sgd(
     params: torch.Tensor, x: torch.Tensor, y: torch.Tensor, epochs: int, lr: float, batch_size: int, seed: int
 ) -> tuple[torch.Tensor, float]:
-    r"""``local_sgd`` for :class:`_LogReg`, with the gradient written out: the same numbers, without autograd.
+    r"""``local_sgd`` for :class:`_LogReg`, with the gradient written out: the same update, without autograd.
 
     :func:`~neurips26.federated.flower.local_sgd` on this model runs, per mini-batch ``B``, ``F.linear``,
     ``cross_entropy`` (= ``log_softmax`` + ``nll_loss``), autograd and ``torch.optim.SGD`` (single-tensor
