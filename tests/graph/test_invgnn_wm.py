@@ -276,8 +276,11 @@ def test_decoded_bits_invariant_to_node_relabelling(toy):
         return Data(x=g.x[perm], edge_index=inv[g.edge_index], num_nodes=g.num_nodes)
 
     scores_p = torch.stack([wm.head(query(permuted(g))).reshape(-1)[0] for g in wm.carriers.graphs]).detach()
-    assert torch.allclose(scores, scores_p, atol=1e-5)
-    assert torch.equal(bits, (scores_p > wm.reference).long())
+    # relabelled graphs sum messages in another order: scores agree to rounding, not bit for bit
+    assert (scores - scores_p).abs().max() <= 1e-5
+    # the bits are thresholded scores: portable because no score lies within that tolerance of the threshold
+    assert (scores - wm.reference).abs().min() > 2e-5
+    assert torch.equal(bits, (scores_p > wm.reference).long())  # integer bits
 
 
 def test_imperceptibility(toy):

@@ -241,9 +241,9 @@ def test_state_dict_round_trip_gives_identical_next_step():
         _loss(m, idx).backward()
         o.step()
     for p, q in zip(model.parameters(), clone.parameters()):
-        assert torch.equal(p, q)
+        assert torch.equal(p, q)  # same kernel: restored state, same step
         for key in opt.state[p]:
-            assert torch.equal(opt.state[p][key], opt2.state[q][key])
+            assert torch.equal(opt.state[p][key], opt2.state[q][key])  # same kernel
 
 
 def test_evaluation_params_swaps_and_restores():
