@@ -65,12 +65,21 @@ def test_sample_logprobs_match_teacher_forcing_and_unpadded_rows(lm):
             single["logprobs"][0][mask[i]], roll.logprobs[i][mask[i]], atol=1e-5, rtol=1e-5
         )
     # integer tokens from padded vs single-row greedy passes (different shapes, logits equal to rounding):
-    # portable unless a top-2 logit gap lies within n * eps32 * max|logit| (odds ~1e-6 per token)
+    # portable because every greedy step's top-2 logit gap is checked to exceed twice the rounding bound
+    # bound: L * (d + d_ff + T) * eps32 * max|logit|
+    cfg = model.config
     greedy = sample(model, tok, PROMPTS, max_new_tokens=10, do_sample=False)
     for i, prompt in enumerate(PROMPTS):
         one = sample(model, tok, [prompt], max_new_tokens=10, do_sample=False)
+        new = one.completion_ids[0][one.completion_mask[0].bool()]
+        ids = torch.cat([one.prompt_ids[0][one.prompt_mask[0].bool()], new])[None]
+        with torch.no_grad():
+            logits = model(input_ids=ids).logits[0, -len(new) - 1 : -1]  # the steps that chose `new`
+        n = cfg.num_hidden_layers * (cfg.hidden_size + cfg.intermediate_size + ids.shape[1])
+        top2 = logits.topk(2, dim=-1).values
+        assert (top2[:, 0] - top2[:, 1]).min() > 2 * n * torch.finfo(torch.float32).eps * logits.abs().max()
         assert one.texts[0] == greedy.texts[i]
-        assert torch.equal(one.completion_mask[0], greedy.completion_mask[i])
+        assert torch.equal(one.completion_mask[0], greedy.completion_mask[i])  # integer mask
 
 
 def test_sample_is_seeded_and_leaves_global_rng(lm):
