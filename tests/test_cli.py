@@ -51,7 +51,9 @@ def test_check_refuses_planned_method(monkeypatch):
     from neurips26 import registry
 
     real = registry.status
-    monkeypatch.setattr(registry, "status", lambda slug: ("planned", "no module") if slug == "ancre" else real(slug))
+    monkeypatch.setattr(
+        registry, "status", lambda slug: ("planned", "no module") if slug == "ancre" else real(slug)
+    )
     with pytest.raises(SystemExit, match="ancre has no runnable claim check \\(planned: no module\\)"):
         main(["check", "ancre"])
 

@@ -3,7 +3,9 @@ determinism, glossary, plot): test_conformance.py."""
 
 import pytest
 
-pytest.importorskip("gymnasium_robotics", reason="the claim runs the kitchen built from gymnasium_robotics (robotics extra)")
+pytest.importorskip(
+    "gymnasium_robotics", reason="the claim runs the kitchen built from gymnasium_robotics (robotics extra)"
+)
 
 from neurips26.claims.recpo import ARMS, CLAIM  # noqa: E402
 

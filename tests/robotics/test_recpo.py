@@ -11,7 +11,9 @@ from hypothesis import strategies as st
 
 # module-wide: the symbolic kitchen reads its layout, goals and threshold from gymnasium_robotics, so 22 of
 # the 26 tests need it (checked with the module blocked); the robotics extra provides it
-pytest.importorskip("gymnasium_robotics", reason="the kitchen layout comes from gymnasium_robotics (robotics extra)")
+pytest.importorskip(
+    "gymnasium_robotics", reason="the kitchen layout comes from gymnasium_robotics (robotics extra)"
+)
 os.environ.setdefault("MUJOCO_GL", "disable")
 
 import gymnasium as gym  # noqa: E402
