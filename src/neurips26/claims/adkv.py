@@ -8,6 +8,18 @@ pass itself attends in full precision in every cache here). The question tail pl
 are then fed in one teacher-forced pass that attends to the stored (quantised) context: exact match =
 every answer token is the arg-max (equivalent to greedy decoding producing the answer), NLL over the
 answer tokens. Metadata and payload bytes are measured on the caches after that pass.
+
+Matched measured bits (the rule, fixed before any run): every quantised arm stores ``bits``-bit codes;
+what differs is the rest of the stored bytes. Static G=32 spends 1 bit per element on fp16 scales and zeros
+and keeps its incomplete last group (0..31 tokens, 15.5 on average) in full precision; ADKV's metadata is
+constant, so ADKV spends the difference on a full-precision recent window of ``R`` tokens. ``R`` is
+:func:`matched_window`: the window that makes ADKV's bits per element (byte models of both caches at the
+prompt length) equal to static G=32's averaged over its 32-token flush cycle. The criterion
+``bits_matched`` compares the *measured* bits per element (every stored byte of each cache after the
+decode, 16-bit window) of ADKV and static G=32.
+
+Diagnosis of the first full run (every ADKV item 0.000, uncalibrated too): ``results/diagnosis/adkv.md``,
+written by :func:`diagnose` (``scripts/adkv-diagnosis``).
 """
 
 from __future__ import annotations
@@ -55,8 +67,52 @@ def _calib_batches(tok, model, config: dict, seed: int) -> list[torch.Tensor]:
 
 
 # ------------------------------------------------------------------------------------- protocol
+# Default rates of the 2-bit quantiser (before calibration and for the uncalibrated arm), derived from a
+# known answer rather than from any evaluation item: the step recursion is stationary where
+# E[log gain] = 0; on a unit Gaussian the best uniform 2-bit step is ~1.0 sigma (outer codes with
+# probability 0.317), and with omega = 1.5 that needs eta_s = 0.2, gamma = 1 (E[log gain] = +0.001), whereas
+# the spec's eta_s = 0.1, gamma = 2 give +0.109 (the step settles off the optimum: MSE 0.34 vs 0.18 on a
+# unit Gaussian; Lloyd-Max 0.1175; results/diagnosis/adkv.md).
+ADKV_RATES = {"eta_s": 0.2, "gamma": 1.0}
+
+
+def matched_window(model_config, length: int, bits: int, group_size: int = 32) -> int:
+    """ADKV's full-precision window ``R`` at matched bits per element with static G=``group_size``.
+
+    Static G's bits per element are measured on its byte model (``memory_bytes(fp_itemsize=2)``, batch 1,
+    the values do not matter) and averaged over its flush cycle (``length .. length + G - 1`` tokens: a
+    tail of 0..G-1 full-precision tokens); ADKV's come from :func:`adkv_memory_formula` (equal to its
+    measured byte model, tests/inference/test_adkv.py) with the default sink. Returns the ``R`` whose bits
+    are closest (the smaller on a tie).
+    """
+    from neurips26.inference.adkv import adkv_memory_formula
+    from neurips26.inference.quant import text_config
+
+    cfg = text_config(model_config)
+    d = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    h = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+    sink = ADKVConfig().sink_tokens
+
+    def static_bits(T: int) -> float:
+        x = torch.zeros(1, h, T, d)
+        cache = GroupwiseStaticCache(cfg, bits=bits, group_size=group_size)
+        for i in range(cfg.num_hidden_layers):
+            cache.update(x, x, i)
+        m = cache.memory_bytes(fp_itemsize=2)
+        return 8.0 * m["total"] / m["elements"]
+
+    target = sum(static_bits(length + j) for j in range(group_size)) / group_size
+    elements = 2 * h * d * length
+
+    def adkv_bits(r: int) -> float:
+        return 8.0 * adkv_memory_formula(length, 1, h, d, bits, r, 2, sink_tokens=sink)["total"] / elements
+
+    gaps = [abs(adkv_bits(r) - target) for r in range(length)]
+    return min(range(length), key=lambda r: (gaps[r], r))
+
+
 def make_caches(
-    model_config, adkv_params, bits: int, kivi_residual: int, keep: bool = True
+    model_config, adkv_params, bits: int, kivi_residual: int, keep: bool = True, adkv_residual: int = 0
 ) -> dict[str, Any]:
     """One fresh cache per arm (``full`` = full-precision DynamicCache), in a fixed order.
 
@@ -70,10 +126,11 @@ def make_caches(
     from transformers import DynamicCache
 
     storage = "simulated" if keep else "packed"
+    adkv = ADKVConfig(bits=bits, storage=storage, residual_length=adkv_residual, **ADKV_RATES)
     return {
         "full": DynamicCache(config=model_config),
-        "adkv": ADKVCache(model_config, ADKVConfig(bits=bits, storage=storage), params=adkv_params),
-        "adkv_uncalibrated": ADKVCache(model_config, ADKVConfig(bits=bits, storage=storage)),
+        "adkv": ADKVCache(model_config, adkv, params=adkv_params),
+        "adkv_uncalibrated": ADKVCache(model_config, adkv),
         "static_g32": GroupwiseStaticCache(model_config, bits=bits, group_size=32, keep_dequantized=keep),
         "static_g128": GroupwiseStaticCache(model_config, bits=bits, group_size=128, keep_dequantized=keep),
         "kivi": KIVICache(
@@ -144,9 +201,10 @@ def run(config: dict[str, Any], seed: int) -> SeedResult:
         "n_query": config["n_query"],
         "seed": seed,
     }
-    params = calibrate_adkv(model, batches, ADKVConfig(bits=bits), **calib)
+    params = calibrate_adkv(model, batches, ADKVConfig(bits=bits, **ADKV_RATES), **calib)
     calib_s = time.perf_counter() - calib_start
     n_layers = model.config.num_hidden_layers
+    window = matched_window(model.config, length, bits) if config.get("match_bits", True) else 0
 
     def inspect(arm: str, cache) -> dict[str, float]:
         mem = _memory(cache, n_layers)
@@ -154,7 +212,7 @@ def run(config: dict[str, Any], seed: int) -> SeedResult:
 
     eval_start = time.perf_counter()
     rows = ruler.compare_caches(
-        model, tok, items, lambda: make_caches(model.config, params, bits, config["kivi_residual"]),
+        model, tok, items, lambda: make_caches(model.config, params, bits, config["kivi_residual"], True, window),
         batch_size=config["batch_size"], inspect=inspect,
     )  # fmt: skip
     eval_s = time.perf_counter() - eval_start
@@ -185,6 +243,8 @@ def run(config: dict[str, Any], seed: int) -> SeedResult:
         "excluded_tasks": dict(EXCLUDED_TASKS),
         "length": length,
         "n_items": len(items),
+        "adkv_window": window,
+        "adkv_config": {"levels": ADKVConfig().levels, "sink_tokens": ADKVConfig().sink_tokens, **ADKV_RATES},
         "budget": {
             a: {
                 "avg_bits": metrics["code_bits"][a],
@@ -254,13 +314,21 @@ CLAIM = Claim(
         Within("accuracy", baseline="static_g32", tolerance=0.05, label="matches_g32"),
         Better("accuracy", baseline="static_g128", margin=0.0, label="beats_g128"),
         RatioAtLeast("metadata_reduction_vs_g32", ratio=10.0, kind="design", label="metadata_10x"),
-        Within("code_bits", baseline="static_g32", tolerance=0.05, kind="design", label="bits_matched"),
+        # measured bits per element (every stored byte, 16-bit window) of ADKV vs static G=32; G=32's own
+        # measured value swings by +-0.4 bits over its 32-token flush cycle, hence 0.5
+        Within("bits_per_element", baseline="static_g32", tolerance=0.5, kind="design", label="bits_matched"),
     ),
     headlines=(
         Headline(
             "ADKV matches the accuracy of static group-wise quantisation on generation and long-context "
-            "benchmarks (at the same code bits)",
-            criteria=("matches_g32", "beats_g128", "bits_matched"),
+            "benchmarks (here: at matched measured bits per element)",
+            criteria=("matches_g32", "bits_matched"),
+            primary=True,
+        ),
+        Headline(
+            "ADKV is more accurate than coarse static groups (G=128) (spec prediction; ADKV stores ~0.4 more "
+            "bits per element than G=128 here, see bits_per_element)",
+            criteria=("beats_g128",),
         ),
         Headline("ADKV reduces metadata memory by ~12.8x", criteria=("metadata_10x",)),
         Headline(
@@ -306,13 +374,12 @@ CLAIM = Claim(
             "tasks": list(TASKS),
             "length": 512,
             "n_per_task": _N_FULL,
-            "batch_size": 25,
+            "batch_size": _N_FULL,  # one batch per task and seed (was 25 + 9)
             "calib_seqs": 8,
             "calib_len": 32,
             "calib_steps": 100,
-            "benchmark": True,
-            "bench_contexts": [1024, 2048],
-            "bench_steps": 2,
+            # no in-claim decode benchmark (info only; it took ~1600 s of the first run's seed 0): the
+            # decode cost is measured by `neurips26 bench kv_decode`
         },
     },
     seeds={"smoke": (0,), "quick": (0,), "full": (0, 1, 2)},
@@ -342,7 +409,18 @@ CLAIM = Claim(
         "fused GPU GEMV throughput claim (~1.96x) is not tested (CPU only). Metadata criterion threshold "
         "10x = 'about an order of magnitude' (spec prediction); the formula gives static-G32/ADKV = T/80 "
         "for head_dim 64, a design identity. Premise coarse_groups_degrade: static G=128 must lose >= 5 "
-        "points against full precision, else 'better than G=128' has nothing to show."
+        "points against full precision, else 'better than G=128' has nothing to show. "
+        "Quantiser details changed after the diagnosis of the first full run (every ADKV item 0.000; "
+        "results/diagnosis/adkv.md): reconstruction levels are mid-rise (q - o + 1/2, symmetric, as in ADPCM "
+        "with an even number of levels) instead of the spec's mid-tread q - o, whose only positive 2-bit level "
+        "was also an overload level; the first token of each stream (the attention sink) is stored exactly in "
+        "fp16 (payload of fixed size) and the stream's initial state starts after it. Matched bits: ADKV "
+        "keeps a full-precision window of R tokens (matched_window: equal bits per element to static G=32 "
+        "averaged over its flush cycle; info.adkv_window), judged on measured bits per element "
+        "(bits_matched); the first run compared the config constant code_bits with itself. Power: with "
+        "the first run's seed spread (sd 0.07 of a per-seed accuracy at 68 items) 3 seeds give one-sided 90% "
+        "bounds of about +-0.075, so matches_g32 (|diff| <= 0.05) can be refuted by a gap above ~0.13 but not "
+        "confirmed; a match shows as inconclusive."
     ),
     data=(
         "RULER tasks generated offline by neurips26.common.ruler (noise and KJV haystacks from "
@@ -363,3 +441,175 @@ CLAIM = Claim(
         "bits_per_element": "8 * total cache bytes / number of cached K and V scalars",
     },
 )
+
+
+# ------------------------------------------------------------------------------------ diagnosis
+_FIRST = {"levels": "midtread", "sink_tokens": 0}  # the first implementation (results/full/adkv.json of a4e9257)
+
+
+def _gaussian_stream_rows(T: int = 512, channels: int = 256, seed: int = 0) -> list[dict[str, float]]:
+    """Known answer: i.i.d. N(mu, 1) per channel. The best 2-bit quantiser of a unit Gaussian (Lloyd-Max)
+    has mean squared error 0.1175; a reconstruction that always outputs the mean has 1.0."""
+    from neurips26.inference.adkv import ADKVQuantizer
+
+    g = torch.Generator().manual_seed(seed)
+    mu = 3.0 * torch.randn(1, channels, generator=g)
+    x = (mu.unsqueeze(-2) + torch.randn(1, T, channels, generator=g)).double()
+    x[:, 0, :] += 12.0  # position 0 is an outlier token (like an attention sink)
+    rows = []
+    for name, kw in (
+        ("first implementation (midtread, spec rates, sink coded)", _FIRST),
+        ("midrise levels, spec rates, sink fp16", {}),
+        ("fixed: midrise, derived rates, sink fp16", ADKV_RATES),
+    ):
+        cfg = ADKVConfig(bits=2, **kw)
+        q = ADKVQuantizer(channels, cfg)
+        ns = cfg.sink_tokens
+        xs = x[..., ns:, :]
+        codes, xh, _ = q.encode_raw(xs, q.init_state(xs[..., : cfg.init_tokens, :]))
+        if ns:
+            xh = torch.cat([x[..., :ns, :].half().double(), xh], -2)
+            codes = torch.cat([torch.full_like(codes[..., :ns, :], 255), codes], -2)
+        err = (xh - x).pow(2)
+        steady = err[..., 64:, :].mean().item()
+        inner = (codes[..., 64:, :] == cfg.offset) if cfg.levels == "midtread" else None
+        rows.append({
+            "arm": name,
+            "mse_steady (unit variance)": steady,
+            "mse_position0": err[..., 0, :].mean().item(),
+            "share_of_zero_codes": float(inner.float().mean()) if inner is not None else float("nan"),
+        })
+    from neurips26.inference.quant import quantize_asym
+
+    n = (T // 32) * 32
+    xq = quantize_asym(x[..., :n, :].float(), 2, 32, axis=-2).dequantize().double()
+    err = (xq - x[..., :n, :]).pow(2)
+    rows.append({"arm": "static G=32 (min-max per channel)", "mse_steady (unit variance)": err[..., 64:, :].mean().item(),
+                 "mse_position0": err[..., 0, :].mean().item(), "share_of_zero_codes": float("nan")})
+    rows.append({"arm": "Lloyd-Max 2-bit optimum (known answer)", "mse_steady (unit variance)": 0.1175,
+                 "mse_position0": float("nan"), "share_of_zero_codes": float("nan")})
+    return rows
+
+
+def _real_kv_rows(model, tok, length: int, seed: int) -> tuple[list[dict], list[dict]]:
+    """Per-layer relative errors of K, V and the attention output (last 16 queries) on one RULER prompt,
+    and per-position key/value errors (position 0 vs the rest), for each cache arm (batch 1)."""
+    from transformers import DynamicCache  # noqa: F401
+
+    from neurips26.common import ruler
+    from neurips26.inference.adkv import record_qkv
+    from neurips26.inference.adkv.calibrate import _attention
+
+    item = ruler.generate("niah_single_2", tok, length, 1, seed, template="chat")[0]
+    ids = torch.tensor([item.input_ids])
+    with torch.no_grad(), record_qkv(model) as store:
+        model(input_ids=ids, use_cache=False)
+    n_ly = len(store)
+    Q = [store[i][0][0] for i in range(n_ly)]
+    K = [store[i][0][1] for i in range(n_ly)]
+    V = [store[i][0][2] for i in range(n_ly)]
+    cfg = model.config
+    arms = {
+        "adkv first implementation": ADKVCache(cfg, ADKVConfig(bits=2, storage="simulated", **_FIRST)),
+        "adkv sink only": ADKVCache(cfg, ADKVConfig(bits=2, storage="simulated", levels="midtread")),
+        "adkv midrise + sink": ADKVCache(cfg, ADKVConfig(bits=2, storage="simulated")),
+        "adkv fixed (R=0)": ADKVCache(cfg, ADKVConfig(bits=2, storage="simulated", **ADKV_RATES)),
+        "static_g32": GroupwiseStaticCache(cfg, bits=2, group_size=32, keep_dequantized=True),
+        "kivi (G32, R32)": KIVICache(cfg, nbits=2, group_size=32, residual_length=32, keep_dequantized=True),
+    }
+    layer_rows, pos_rows = [], []
+    for arm, cache in arms.items():
+        _fill(cache, list(zip(K, V)))
+        ek, ev, ea, k0, kr, v0, vr = [], [], [], [], [], [], []
+        for i in range(n_ly):
+            lay = cache.layers[i]
+            dk, dv = lay.dequantized_states()
+            kh, vh = torch.cat([dk, lay.keys], -2).float(), torch.cat([dv, lay.values], -2).float()
+            rel = lambda a, b: float((a - b).pow(2).sum() / b.pow(2).sum())  # noqa: E731
+            ek.append(rel(kh, K[i]))
+            ev.append(rel(vh, V[i]))
+            ref = _attention(Q[i], K[i], V[i], 16)
+            ea.append(rel(_attention(Q[i], kh, vh, 16), ref))
+            k0.append(rel(kh[..., :1, :], K[i][..., :1, :]))
+            kr.append(rel(kh[..., 1:, :], K[i][..., 1:, :]))
+            v0.append(rel(vh[..., :1, :], V[i][..., :1, :]))
+            vr.append(rel(vh[..., 1:, :], V[i][..., 1:, :]))
+        mean = lambda v: sum(v) / len(v)  # noqa: E731
+        layer_rows.append({"arm": arm, "key_rel_err": ek, "value_rel_err": ev, "attn_out_rel_err": ea})
+        pos_rows.append({
+            "arm": arm, "key_pos0": mean(k0), "key_rest": mean(kr), "value_pos0": mean(v0), "value_rest": mean(vr),
+            "attn_mean": mean(ea), "attn_max": max(ea),
+        })
+    return layer_rows, pos_rows
+
+
+def _generation_rows(model, tok, length: int, n: int, seed: int) -> list[dict[str, Any]]:
+    """Exact match of a few RULER items per arm (uncalibrated ADKV, R = 0 and the matched window)."""
+    from transformers import DynamicCache
+
+    from neurips26.common import ruler
+
+    items = [it for t in TASKS for it in ruler.generate(t, tok, length, n, seed, template="chat")]
+    cfg = model.config
+    window = matched_window(cfg, length, 2)
+
+    def caches():
+        return {
+            "full": DynamicCache(config=cfg),
+            "adkv first implementation": ADKVCache(cfg, ADKVConfig(bits=2, storage="simulated", **_FIRST)),
+            "adkv midrise + sink (spec rates)": ADKVCache(cfg, ADKVConfig(bits=2, storage="simulated")),
+            "adkv fixed (R=0)": ADKVCache(cfg, ADKVConfig(bits=2, storage="simulated", **ADKV_RATES)),
+            f"adkv fixed (R={window}, matched bits)": ADKVCache(
+                cfg, ADKVConfig(bits=2, storage="simulated", residual_length=window, **ADKV_RATES)
+            ),
+            "static_g32": GroupwiseStaticCache(cfg, bits=2, group_size=32, keep_dequantized=True),
+        }
+
+    rows = ruler.compare_caches(model, tok, items, caches, batch_size=len(items) // len(TASKS))
+    return [
+        {"arm": a, "exact_match": sum(r["score"] for r in rs) / len(rs), "n": len(rs),
+         "examples": [r["prediction"][:40] for r in rs[:2]]}
+        for a, rs in rows.items()
+    ]
+
+
+def diagnose(out: Path | str = "results/diagnosis/adkv.md", *, length: int = 512, n_items: int = 8, seed: int = 7) -> Path:
+    """The committed diagnosis of ADKV's 0.000 exact match: a synthetic stream with a known answer, per-layer
+    and per-position reconstruction errors on SmolLM2's real KV, and exact match of the variants on a few
+    items (uncalibrated, seed ``seed`` not used by the claim's seeds 0-2). Writes markdown (+ JSON beside it)."""
+    import json
+
+    from neurips26.common.models import load_pretrained
+
+    start = time.perf_counter()
+    out = Path(out)
+    synth = _gaussian_stream_rows()
+    model, tok = load_pretrained("smollm2-135m")
+    layers, pos = _real_kv_rows(model, tok, length, seed)
+    gen = _generation_rows(model, tok, length, n_items, seed) if n_items else []
+    wall = time.perf_counter() - start
+    f = lambda v: "n/a" if v != v else f"{v:.3f}"  # noqa: E731
+    md = ["# ADKV diagnosis: why every ADKV item scored 0.000", "",
+          f"Generated by `scripts/adkv-diagnosis` (`neurips26.claims.adkv.diagnose`, {wall:.0f} s). 2-bit codes throughout.", "",
+          "## 1. Synthetic stream with a known answer", "",
+          "i.i.d. N(mu_c, 1) per channel (256 channels, 512 tokens); position 0 is shifted by +12 (an outlier token "
+          "like the attention sink). Mean squared error per element (the variance is 1, so 1.0 = no information):", "",
+          "| arm | MSE (tokens 64+) | MSE at position 0 | share of code 0 (midtread) |", "|---|---|---|---|"]
+    md += [f"| {r['arm']} | {f(r['mse_steady (unit variance)'])} | {f(r['mse_position0'])} | {f(r['share_of_zero_codes'])} |" for r in synth]
+    md += ["", "## 2. SmolLM2-135M real KV (one niah_single_2 prompt, 512 tokens, uncalibrated)", "",
+           "Relative squared error ||x_hat - x||^2 / ||x||^2, mean over the 30 layers; attention output of the last 16 queries:", "",
+           "| arm | key pos 0 | key pos 1+ | value pos 0 | value pos 1+ | attn out (mean) | attn out (max layer) |", "|---|---|---|---|---|---|---|"]
+    md += [f"| {r['arm']} | {f(r['key_pos0'])} | {f(r['key_rest'])} | {f(r['value_pos0'])} | {f(r['value_rest'])} | {f(r['attn_mean'])} | {f(r['attn_max'])} |" for r in pos]
+    md += ["", "Per layer (attention-output relative error):", "", "| layer | " + " | ".join(r["arm"] for r in layers) + " |",
+           "|---|" + "---|" * len(layers)]
+    for i in range(len(layers[0]["attn_out_rel_err"])):
+        md.append(f"| {i} | " + " | ".join(f(r["attn_out_rel_err"][i]) for r in layers) + " |")
+    if gen:
+        md += ["", f"## 3. Exact match on {gen[0]['n']} RULER items (seed {seed}, uncalibrated ADKV)", "",
+               "| arm | exact match | first predictions |", "|---|---|---|"]
+        md += [f"| {r['arm']} | {r['exact_match']:.3f} | {' / '.join(repr(e) for e in r['examples'])} |" for r in gen]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(md) + "\n")
+    out.with_suffix(".json").write_text(json.dumps({"synthetic": synth, "real_kv_layers": layers, "real_kv_positions": pos,
+                                                    "generation": gen, "wall_s": wall}, indent=1) + "\n")
+    return out

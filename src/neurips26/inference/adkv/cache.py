@@ -111,13 +111,16 @@ class ADKVLayer(ResidualWindowLayer):
             "_deq_v_tok": GrowableSequence(),
             "key_outlier_values": GrowableSequence(),  # [B, H, Tq, n] fp16
             "value_outlier_values": GrowableSequence(),
+            "key_sink": GrowableSequence(),  # [B, H, n_sink, D] fp16 (the first tokens, exact)
+            "value_sink": GrowableSequence(),
         }
         self.value_blocks: list[QuantizedTensor] = []  # per_token value mode
         self.stream_state: ADKVState | None = None  # fields [S, B, H, D']; S = 2 (K, V) or 1 (K)
         self.outliers: torch.Tensor | None = None  # [S, H, n] (long), set when the streams start
         self.outlier_index_codes: torch.Tensor | None = None  # packed indices (stored form)
         self._normal: torch.Tensor | None = None  # [S, H, D - n]
-        self.encoded_length = 0
+        self.encoded_length = 0  # tokens out of the window: sink + ADKV-coded
+        self.sink_length = 0
 
     key_codes = property(
         lambda self: self._bufs["key_codes"].view(), doc="Packed key codes ``[B, Tq, nbytes]``."
@@ -128,6 +131,8 @@ class ADKVLayer(ResidualWindowLayer):
         doc="fp16 key outlier channels ``[B, H, Tq, n]``.",
     )
     value_outlier_values = property(lambda self: self._bufs["value_outlier_values"].view())
+    key_sink = property(lambda self: self._bufs["key_sink"].view(), doc="fp16 sink tokens ``[B, H, n_sink, D]``.")
+    value_sink = property(lambda self: self._bufs["value_sink"].view())
     _sim_k = property(lambda self: self._bufs["_sim_k"].view())
     _sim_v = property(lambda self: self._bufs["_sim_v"].view())
     _deq_v_tok = property(lambda self: self._bufs["_deq_v_tok"].view())
@@ -241,7 +246,21 @@ class ADKVLayer(ResidualWindowLayer):
         q = unpack_bits(codes, self.config.bits, self.num_heads * d)
         return q.reshape(b, t, self.num_heads, d).permute(0, 2, 1, 3)
 
+    def _take_sink(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store the first tokens (up to ``sink_tokens`` in all) exactly in fp16; return the rest."""
+        take = min(self.config.sink_tokens - self.sink_length, k.shape[-2])
+        if take <= 0:
+            return k, v
+        self._bufs["key_sink"].append(k[..., :take, :].to(_META))
+        self._bufs["value_sink"].append(v[..., :take, :].to(_META))
+        self.sink_length += take
+        self.encoded_length += take
+        return k[..., take:, :], v[..., take:, :]
+
     def _encode(self, k: torch.Tensor, v: torch.Tensor) -> None:
+        k, v = self._take_sink(k, v)
+        if k.shape[-2] == 0:
+            return
         joint = self.config.value_mode == "adkv"
         x = torch.stack([k, v]) if joint else k.unsqueeze(0)  # [S, B, H, T, D]
         if self.stream_state is None:
@@ -279,6 +298,18 @@ class ADKVLayer(ResidualWindowLayer):
         """Reconstruction of all encoded tokens, ``[batch, kv_heads, encoded_len, head_dim]`` each."""
         if self.encoded_length == 0:
             return self.keys[..., :0, :], self.values[..., :0, :]
+        k, v = self._coded_states()
+        if self.sink_length:
+            sk, sv = self.key_sink.to(self.dtype), self.value_sink.to(self.dtype)
+            if k is None:
+                return sk, sv
+            return torch.cat([sk, k], -2), torch.cat([sv, v], -2)
+        return k, v
+
+    def _coded_states(self) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """Reconstruction of the ADKV-coded tokens (after the sink), or ``(None, None)`` if there are none."""
+        if self.stream_state is None:
+            return None, None
         if self.config.storage == "simulated":
             k = self._sim_k
             v = self._sim_v if self.config.value_mode == "adkv" else self._deq_v_tok
@@ -301,23 +332,28 @@ class ADKVLayer(ResidualWindowLayer):
         per-head replay (``packed``, ``decode_mode="stream"``) straight into it, then the window."""
         if not self._has_encoded() or self.config.decode_mode == "reference":
             return super()._output(res_k, res_v)
-        tq = self.encoded_length
+        tq, ns = self.encoded_length, self.sink_length
         b, h, r, d = res_k.shape
         out_k, out_v = res_k.new_empty((b, h, tq + r, d)), res_v.new_empty((b, h, tq + r, d))
         joint = self.config.value_mode == "adkv"
-        if self.config.storage == "simulated":
-            out_k[..., :tq, :] = self._sim_k
-            out_v[..., :tq, :] = self._sim_v if joint else self._deq_v_tok
+        if ns:
+            out_k[..., :ns, :] = self.key_sink
+            out_v[..., :ns, :] = self.value_sink
+        if self.stream_state is None:
+            pass
+        elif self.config.storage == "simulated":
+            out_k[..., ns:tq, :] = self._sim_k
+            out_v[..., ns:tq, :] = self._sim_v if joint else self._deq_v_tok
         else:
-            self._replay_into([out_k, out_v] if joint else [out_k], tq)
+            self._replay_into([out_k, out_v] if joint else [out_k], ns, tq)
             if not joint:  # per-token values: the reconstruction kept with the blocks (same bits)
-                out_v[..., :tq, :] = self._deq_v_tok
+                out_v[..., ns:tq, :] = self._deq_v_tok
         out_k[..., tq:, :] = res_k
         out_v[..., tq:, :] = res_v
         return out_k, out_v
 
-    def _replay_into(self, outs: list[torch.Tensor], tq: int) -> None:
-        """Replay the packed streams one (stream, KV head) at a time into ``outs[i][..., :tq, :]``.
+    def _replay_into(self, outs: list[torch.Tensor], ns: int, tq: int) -> None:
+        """Replay the packed streams one (stream, KV head) at a time into ``outs[i][..., ns:tq, :]``.
 
         Same float64 operations as :meth:`_decode_by_head` except that the per-code log-gain is looked up
         (:meth:`ADKVQuantizer.log_gain_table`); each head's reconstruction is cast and written (or
@@ -338,7 +374,7 @@ class ADKVLayer(ResidualWindowLayer):
                 p = params[i, :, h : h + 1] if one else params[i]
                 tb = table[i, :, h : h + 1] if one else table[i]
                 xh = self.sq._replay(q[:, h : h + 1], head, p, head.checkpoints, tb)  # [B, 1, T, D']
-                dst = out[:, h : h + 1, :tq, :]
+                dst = out[:, h : h + 1, ns:tq, :]
                 if xo is None:
                     dst.copy_(xh)
                 else:
@@ -446,7 +482,7 @@ class ADKVLayer(ResidualWindowLayer):
         out: list[tuple[str, torch.Tensor | None]] = []
         if self.is_initialized:
             out += [("window", self.keys), ("window", self.values)]
-        for name in ("key_codes", "value_codes", "key_outlier_values", "value_outlier_values"):
+        for name in ("key_codes", "value_codes", "key_outlier_values", "value_outlier_values", "key_sink", "value_sink"):
             out.append(("codes", self._bufs[name].held()))
         for b in self.value_blocks:
             out += [("codes", b.codes), ("group_params", b.scale), ("group_params", b.zero)]
@@ -475,6 +511,9 @@ class ADKVLayer(ResidualWindowLayer):
         their stored widths, ``residual`` at ``fp_itemsize`` bytes per element). Also ``total`` and
         ``elements``."""
         payload = metadata = 0
+        for sink in (self.key_sink, self.value_sink):
+            if sink is not None:
+                payload += sink.numel() * sink.element_size()
         if self.key_codes is not None:
             payload += self.key_codes.numel()
             if self.value_codes is not None:
@@ -613,18 +652,24 @@ class ADKVCache(QuantizedKVCacheMixin, Cache):
             for layer, (k, v) in zip(self.layers, key_value_states):
                 layer.keys, layer.values = k.clone(), v.clone()
             return
-        per_layer = 2 * key_value_states[0][0][..., :n_enc, :].numel()
+        ns = min(cfg.sink_tokens, n_enc)
+        for layer, (k, v) in zip(self.layers, key_value_states):
+            layer._take_sink(k[..., :ns, :], v[..., :ns, :])
+            layer.keys, layer.values = k[..., n_enc:, :].clone(), v[..., n_enc:, :].clone()
+        if n_enc == ns:
+            return
+        per_layer = 2 * key_value_states[0][0][..., ns:n_enc, :].numel()
         step = max(1, max_chunk_elements // per_layer)
         pairs = list(zip(self.layers, key_value_states))
         for lo in range(0, len(pairs), step):
-            self._bulk_encode(pairs[lo : lo + step], n_enc)
+            self._bulk_encode(pairs[lo : lo + step], ns, n_enc)
 
-    def _bulk_encode(self, pairs: list, n_enc: int) -> None:
-        """One vectorised encoder pass over the first ``n_enc`` tokens of the given layers."""
+    def _bulk_encode(self, pairs: list, ns: int, n_enc: int) -> None:
+        """One vectorised encoder pass over tokens ``ns .. n_enc - 1`` of the given layers."""
         cfg = self.adkv
         parts, outs = [], []
         for layer, (k, v) in pairs:
-            xl = torch.stack([k[..., :n_enc, :], v[..., :n_enc, :]])
+            xl = torch.stack([k[..., ns:n_enc, :], v[..., ns:n_enc, :]])
             layer._start_streams(xl)
             xn, xo = layer._split_channels(xl)
             parts.append(xn)
@@ -633,14 +678,13 @@ class ADKVCache(QuantizedKVCacheMixin, Cache):
         del parts
         params = torch.stack([layer.sq.params for layer, _ in pairs])  # [L, 2, 1, H, 3, D']
         quant = ADKVQuantizer(x.shape[-1], cfg, params)
-        n0 = min(cfg.init_tokens, n_enc)
+        n0 = min(cfg.init_tokens, n_enc - ns)
         state = quant.init_state(x[..., :n0, :])
         q, xh, end = quant.encode_raw(x, state)
         del x
         for i, (layer, (k, v)) in enumerate(pairs):
             layer.stream_state = end.select(i)._fields(torch.clone)  # own storage, not a slice of all layers
-            layer._store(q[i], xh[i], outs[i], v)
-            layer.keys, layer.values = k[..., n_enc:, :].clone(), v[..., n_enc:, :].clone()
+            layer._store(q[i], xh[i], outs[i], v[..., ns:n_enc, :])
 
 
 class GroupwiseStaticCache(KIVICache):

@@ -150,8 +150,10 @@ def calibrate_streams(
     raw = raw.requires_grad_(True)
     opt = torch.optim.Adam([raw], lr=lr)
     gen = torch.Generator().manual_seed(seed)
-    n0 = min(config.init_tokens, T)
-    xp = KV[..., :n0, :].double()
+    ns = min(config.sink_tokens, T - 1)  # the sink tokens are stored exactly (fp16), not ADKV-coded
+    sink = KV[..., :ns, :].to(_META).float()
+    n0 = min(config.init_tokens, T - ns)
+    xp = KV[..., ns : ns + n0, :].double()
     z1 = xp.mean(-2).to(_META).float()  # [Ly, 2, N, Hkv, D]
     a1 = (xp - xp.mean(-2, keepdim=True)).abs().mean(-2).to(_META).float()
 
@@ -168,9 +170,11 @@ def calibrate_streams(
         p = params_from(raw).unsqueeze(2)  # [Ly, 2, 1, Hkv, 3, D]
         quant = ADKVQuantizer(d, config, p)
         state = ADKVState(z1[:, :, idx], a1[:, :, idx])
-        xh = quant._run(KV[:, :, idx], state, p, torch.float32, stored=False, ste=True, bptt=bptt)[1]
+        xh = quant._run(KV[:, :, idx, :, ns:], state, p, torch.float32, stored=False, ste=True, bptt=bptt)[1]
         if mask is not None:
-            xh = torch.where(mask, exact[:, :, idx], xh)
+            xh = torch.where(mask, exact[:, :, idx, :, ns:], xh)
+        if ns:
+            xh = torch.cat([sink[:, :, idx], xh], -2)
         out = _attention(Q[:, idx], xh[:, 0], xh[:, 1], n_query)
         terms = (out - ref[:, idx]).pow(2).mean(dim=(1, 2, 3, 4), keepdim=True) / ref_pow
         loss = terms.mean() if n_norm == n_ly else terms.sum() / n_norm

@@ -34,13 +34,15 @@ def metadata_bits(
     value_mode: str = "adkv",
     n_outliers: int = 0,
     checkpoint_every: int | None = None,
+    sink_tokens: int = 0,
 ) -> int:
     """Metadata bits of a whole cache after ``T`` tokens (16-bit metadata), as the caches store it.
 
     ``method="adkv"`` with ``d' = d - n_out`` coded channels and ``T_q = T - R`` encoded tokens, per KV
     head and ADKV stream (keys, and values in ``value_mode="adkv"``): ``2 * 16 * d'`` per batch row
     (``z_1``, ``a_1``) + ``3 * 16 * d'`` parameters + ``n_out * ceil(log2 d)`` outlier-index bits,
-    independent of ``T``; with decoder checkpoints every ``C`` tokens add ``(T_q - 1) // C`` states of
+    independent of ``T`` (the ``sink_tokens`` exact fp16 tokens are payload, not metadata, and are not
+    ADKV-coded: ``T_q = T - R - n_sink``); with decoder checkpoints every ``C`` tokens add ``(T_q - 1) // C`` states of
     ``3 * 64 * d'`` bits per batch row. Values in ``per_token`` mode add ``2 * 16 * T_q * ceil(d /
     G_v)``. (The outlier channels themselves are payload: 16 bits per token and channel.) The caches
     pack each layer's index bits into whole bytes, so measured bytes are ``ceil(index bits / 8)`` per
@@ -59,7 +61,9 @@ def metadata_bits(
     per_head = 0
     if method == "adkv":
         check_choice("value_mode", value_mode, ("adkv", "per_token"))
+        check_int("sink_tokens", sink_tokens, low=0)
         t_q = max(T - residual_length, 0)
+        t_q -= min(sink_tokens, t_q)
         if t_q == 0:
             return 0
         dq = head_dim - n_outliers
@@ -88,22 +92,27 @@ def adkv_memory_formula(
     fp_itemsize: int = 2,
     n_outliers: int = 0,
     checkpoint_every: int | None = None,
+    sink_tokens: int = 0,
 ) -> dict[str, int]:
     """Closed-form bytes of one :class:`ADKVLayer` (``value_mode="adkv"``) after ``T`` tokens.
 
-    ``payload = 2 B T_q (ceil(H d' b / 8) + 2 H n_out)`` (codes + fp16 outlier channels);
+    ``payload = 2 B T_q (ceil(H d' b / 8) + 2 H n_out) + 4 B H n_sink d`` (codes, fp16 outlier channels and
+    the fp16 sink tokens, ``T_q = T - R - n_sink`` coded tokens);
     ``metadata = 2 H d' (4 B + 6 + 24 B K) + ceil(2 H n_out ceil(log2 d) / 8)`` with ``K = (T_q - 1)
     // C`` checkpoints; ``residual = 2 B H (T - T_q) d * fp_itemsize``.
     """
     t_q = max(T - residual_length, 0)
+    n_sink = min(sink_tokens, t_q)
+    t_q -= n_sink
     dq = head_dim - n_outliers
     payload = 2 * batch * t_q * (math.ceil(kv_heads * dq * bits / 8) + 2 * kv_heads * n_outliers)
+    payload += 4 * batch * kv_heads * n_sink * head_dim
     metadata = 0
     if t_q:
         k = _num_checkpoints(t_q, checkpoint_every)
         metadata = 2 * kv_heads * dq * (4 * batch + 6 + 24 * batch * k)
         metadata += math.ceil(2 * kv_heads * n_outliers * index_bits(head_dim) / 8)
-    residual = 2 * batch * kv_heads * (T - t_q) * head_dim * fp_itemsize
+    residual = 2 * batch * kv_heads * (T - t_q - n_sink) * head_dim * fp_itemsize
     return {
         "payload": payload,
         "metadata": metadata,

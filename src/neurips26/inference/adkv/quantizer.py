@@ -72,6 +72,19 @@ class ADKVConfig:
         ``C``: store the exact decoder state every ``C`` encoded tokens so the packed decoder replays
         the ``ceil(T / C)`` chunks in parallel. Outputs are bit-identical to ``None`` (no checkpoints);
         metadata grows by ``(T - 1) // C`` states of ``3 * 64`` bits per channel.
+    levels : {"midrise", "midtread"}
+        Reconstruction levels of the ``L = 2**b`` codes. ``"midrise"`` (default): ``d = q - o + 1/2`` in
+        ``{-(o - 1/2), ..., o - 1/2}``, symmetric around the prediction (the level set of ADPCM with an
+        even number of levels), encoded with ``floor``; the outer pair ``q = 0, L - 1`` is the overload
+        (at ``b = 1`` there is no inner level, so no overload). ``"midtread"``: ``d = q - o`` in
+        ``{-o, ..., o - 1}`` (rounding), the level set of the first implementation: at ``b = 2`` its only
+        positive level ``+1`` is also an overload level, so every positive residual multiplies the step
+        by ``omega`` and the step settles where most codes are 0 (``results/diagnosis/adkv.md``).
+    sink_tokens : int >= 0
+        The first ``sink_tokens`` tokens of every stream (the attention sink) are stored exactly in fp16
+        (payload of fixed size, independent of ``T``) and the ADKV stream, its initial state included,
+        starts after them. 0 = the first implementation (the sink token is delta-coded from an initial
+        state that it dominates).
     decode_mode : {"stream", "reference"}
         How a ``packed`` cache rebuilds the encoded tokens at every step (same bits either way):
         ``"stream"`` (default) replays each (stream, KV head) with the per-code log-gain looked up in a
@@ -95,6 +108,8 @@ class ADKVConfig:
     n_outliers: int = 0
     checkpoint_every: int | None = None
     decode_mode: str = "stream"
+    levels: str = "midrise"
+    sink_tokens: int = 1
 
     def __post_init__(self) -> None:
         check_int("bits", self.bits)
@@ -114,6 +129,8 @@ class ADKVConfig:
         if self.checkpoint_every is not None:
             check_int("checkpoint_every", self.checkpoint_every, low=1)
         check_choice("decode_mode", self.decode_mode, ("stream", "reference"))
+        check_choice("levels", self.levels, ("midrise", "midtread"))
+        check_int("sink_tokens", self.sink_tokens, low=0)
 
     def check_head_dim(self, head_dim: int) -> None:
         """Raise ``ValueError`` unless ``n_outliers < head_dim``."""
@@ -123,6 +140,16 @@ class ADKVConfig:
     @property
     def offset(self) -> int:
         return (1 << self.bits) // 2
+
+    @property
+    def half(self) -> float:
+        """Level shift: ``d = q - o + half`` (1/2 for ``midrise``, 0 for ``midtread``)."""
+        return 0.5 if self.levels == "midrise" else 0.0
+
+    @property
+    def overload(self) -> bool:
+        """Whether the outer codes ``0, L - 1`` multiply the next step by ``omega``."""
+        return self.levels == "midtread" or self.bits >= 2
 
     def default_params(self, num_channels: int, lead: Sequence[int] = ()) -> torch.Tensor:
         """Default parameters ``Tensor[*lead, 3, num_channels]`` = (eta_z, eta_s, gamma)."""
@@ -176,6 +203,10 @@ class ADKVState:
 
 def _ste_round(u: torch.Tensor) -> torch.Tensor:
     return u + (torch.round(u) - u).detach()
+
+
+def _ste_floor(u: torch.Tensor) -> torch.Tensor:
+    return u + (torch.floor(u) - u).detach()
 
 
 def _check_fp16_range(key_states: torch.Tensor, value_states: torch.Tensor) -> None:
@@ -270,8 +301,8 @@ class ADKVQuantizer:
         top = (1 << cfg.bits) - 1
         _, eta_s, gamma = self._split(params, dtype, True)
         levels = torch.arange(1 << cfg.bits, dtype=dtype, device=params.device)
-        d = (levels - o).unsqueeze(-1)  # [L, 1]
-        sat = ((levels == 0) | (levels == top)).to(dtype).unsqueeze(-1)
+        d = (levels - o + cfg.half).unsqueeze(-1)  # [L, 1]
+        sat = ((levels == 0) | (levels == top)).to(dtype).unsqueeze(-1) * float(cfg.overload)
         keep = (1.0 - eta_s).unsqueeze(-2)
         gain = (eta_s * gamma / o).unsqueeze(-2)
         m = torch.log(keep + gain * d.abs())
@@ -308,6 +339,7 @@ class ADKVQuantizer:
         xs = x.to(dtype)
         codes, recon, ckpts = [], [], []
         every = cfg.checkpoint_every if not ste else None
+        midrise, half, overload = cfg.levels == "midrise", cfg.half, float(cfg.overload)
         for t in range(xs.shape[-2]):
             if bptt and t and t % bptt == 0:
                 log_acc, cmax, dsum = log_acc.detach(), cmax.detach(), dsum.detach()
@@ -316,14 +348,17 @@ class ADKVQuantizer:
             s = torch.exp(log_acc + cmax)
             z = z1 + eta_z * dsum
             u = (xs[..., t, :] - z) / s
-            r = _ste_round(u) if ste else torch.round(u)
+            if midrise:
+                r = _ste_floor(u) if ste else torch.floor(u)
+            else:
+                r = _ste_round(u) if ste else torch.round(u)
             q = torch.clamp(r + o, 0, top)
-            d = q - o
+            d = q - o + half
             ds = d * s
             recon.append(z + ds)
             codes.append(q.detach())
             dsum = dsum + ds
-            sat = ((q.detach() == 0) | (q.detach() == top)).to(dtype)
+            sat = ((q.detach() == 0) | (q.detach() == top)).to(dtype) * overload
             log_acc = log_acc + (torch.log(keep + gain * d.abs()) + sat * log_omega)
             cmax = torch.maximum(cmax, log_smin - log_acc)
         checkpoints = state.checkpoints
@@ -382,7 +417,7 @@ class ADKVQuantizer:
             raise ValueError(
                 f"decoding {T} tokens in chunks of {size} needs {n - 1} checkpoints, got {checkpoints.shape[-3]}"
             )
-        d = codes.to(dtype) - o
+        d = codes.to(dtype) - o + cfg.half
         pad = n * size - T
         full = (*lead, n, size, D)
         if table is not None:
@@ -393,7 +428,7 @@ class ADKVQuantizer:
                 m = torch.nn.functional.pad(m, (0, 0, 0, pad))
             m = m.reshape(*m.shape[:-2], n, size, D).expand(full)
         else:
-            sat = ((codes == 0) | (codes == top)).to(dtype)
+            sat = ((codes == 0) | (codes == top)).to(dtype) * float(cfg.overload)
             if pad:
                 sat = torch.nn.functional.pad(sat, (0, 0, 0, pad))
             sat = sat.reshape(*sat.shape[:-2], n, size, D).expand(full)
