@@ -33,6 +33,7 @@ THREADS_PENDING: set[str] = set()
 # Wall-clock measurements: excluded from the same-seed comparison only (still finite, still defined).
 WALL_CLOCK = {
     "accelegrad_sharp": {"mnist_step_ratio_vs_spectral", "lm_step_ratio_vs_spectral"},
+    "amps": {"scale_speedup"},
     "ancre": {"e2_step_time_ratio"},
     "avsd": {"train_s"},
     "channel_router": {"decision_ms"},

@@ -180,3 +180,50 @@ def test_steering_vector_rejects_an_empty_group(n_pos, n_neg):
     # the mean of zero rows is NaN; the old code returned a NaN vector that broke even alpha = 0
     with pytest.raises(ValueError, match="at least one row each"):
         steering_vector(torch.ones(n_pos, 4), torch.zeros(n_neg, 4))
+
+
+def test_amps_steerer_reads_the_steered_block_and_scales(lm):
+    from neurips26.editing.amps import AMPSSteerer
+
+    g = torch.Generator().manual_seed(2)
+    emb = torch.randn(3, 5, 16, generator=g)
+    net = AdaptiveScaleNet(16, alpha_max=1.0, hidden=8)
+    st_ = AMPSSteerer(lm, 0, torch.randn(16, generator=g), net)
+    hooks = len(lm.model.layers[0]._forward_hooks)
+    h = st_.pooled_hidden(emb)
+    assert len(lm.model.layers[0]._forward_hooks) == hooks  # the reading hook is removed
+    with torch.no_grad():
+        ref = lm(inputs_embeds=emb, output_hidden_states=True).hidden_states[1][:, -1]
+    # same forward pass, read by a hook instead of output_hidden_states: equal within float32 rounding
+    assert torch.allclose(h, ref, atol=1e-5, rtol=1e-5)
+    h2 = st_.pooled_hidden(emb, prompt_lengths=torch.tensor([5, 3, 1]))
+    assert torch.allclose(h2[0], h[0], atol=1e-6) and h2.shape == (3, 16)
+    a = st_.alphas(emb)
+    assert a.shape == (3,) and ((a >= 0) & (a <= 1.0)).all()
+    assert torch.allclose(st_.alphas(emb, alpha_max=4.0), 4.0 * a, atol=1e-6)
+    assert torch.allclose(a, net(h), atol=1e-6)  # the module is what sets alpha
+    with pytest.raises(TypeError, match="AdaptiveScaleNet"):
+        AMPSSteerer(lm, 0, torch.randn(16), torch.nn.Linear(16, 1))
+
+
+def test_amps_steerer_generate_zero_scale_is_unsteered_and_steering_changes_it(lm):
+    from neurips26.editing.amps import AMPSSteerer
+
+    g = torch.Generator().manual_seed(4)
+    emb = torch.randn(2, 4, 16, generator=g)
+    mask = torch.ones(2, 4, dtype=torch.long)
+    kw = dict(max_new_tokens=3, do_sample=False, pad_token_id=0)
+    hooks = len(lm.model.layers[1]._forward_hooks)
+    ref = lm.generate(inputs_embeds=emb, attention_mask=mask, **kw)
+    zero = AdaptiveScaleNet(16, alpha_max=0.0, hidden=8)
+    out = AMPSSteerer(lm, 1, 50 * torch.randn(16, generator=g), zero).generate(
+        inputs_embeds=emb, attention_mask=mask, **kw
+    )
+    assert torch.equal(out, ref)  # integer tokens; alpha 0 adds exact zeros (same kernel)
+    strong = AdaptiveScaleNet(16, alpha_max=1.0, hidden=8)
+    with torch.no_grad():
+        strong.net[-1].bias.fill_(20.0)  # sigmoid -> 1: alpha = alpha_max for every row
+    steered = AMPSSteerer(lm, 1, 50 * torch.randn(16, generator=g), strong)
+    out = steered.generate(inputs_embeds=emb, attention_mask=mask, alpha_max=1.0, **kw)
+    assert out.shape == ref.shape and not torch.equal(out, ref)
+    assert len(lm.model.layers[1]._forward_hooks) == hooks

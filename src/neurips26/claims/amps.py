@@ -6,9 +6,25 @@ followed by a text context ("the <shape> is [maybe] <colour>") and the question 
 <shape> ?". On conflicts the training labels follow the text 70 % of the time (the image when the
 text hedges with "maybe" or the image is clean), so the model prefers text, with a sample-dependent
 strength. Steering toward vision adds a difference-of-means vector at one decoder layer from the
-last prompt token on: uniformly (one alpha for all samples) or AMPS-scaled per sample by the
-functional-entropy MCR of the vision tokens. Both sweep the same alpha grid; the comparison is the
-best vision-preference rate at a collapse rate of at most 5 %.
+last prompt token on, with three arms on the same model, vector, layer, alpha grid and evaluated items:
+
+- ``amps_learned`` (the judged method, the paper's mechanism): :class:`~neurips26.editing.amps.AMPSSteerer`
+  reads the steered block's unsteered output at the last prompt token and the learned
+  :class:`~neurips26.editing.amps.AdaptiveScaleNet` maps it to a per-sample scale ``s_b`` in [0, 1];
+  ``alpha_b = alpha_max * s_b``. The module is distilled (spec step 6, ``objective="distill"``) by MSE
+  onto ``1 - MCR_vision`` of calibration items only (the calibration conflicts that also give the vector
+  plus as many calibration consistent samples; 20 % held out to measure the fit), budget recorded in
+  ``info["budget"]["scale_module"]``.
+- ``amps_mcr``: the fixed MCR formula ``alpha_b = alpha_max (1 - MCR_vision)``, with the Monte-Carlo
+  functional-entropy diagnostic run on every evaluated item (the previous judged arm).
+- ``uniform``: one alpha for every sample.
+
+Each arm's point is the best vision-preference rate over the grid at a collapse rate of at most 5 %.
+The primary headline compares ``amps_learned`` with ``uniform`` (criterion ``pref_vs_uniform``, margin
+0.02, unchanged from the previous check); ``mcr_vs_uniform`` keeps the formula's comparison, and
+``learned_matches_mcr`` (margin -0.02) with the cost criterion ``module_faster_than_mcr`` tests that the
+module replaces the diagnostic. Before this change (results of commit 37b04ce) only the formula arm was
+judged: 0.268 +- 0.011 vs uniform 0.267 +- 0.023, inconclusive (spread).
 
 Training health (why seed 0 of the first full runs never "trained")
 -------------------------------------------------------------------
@@ -50,20 +66,22 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from neurips26.claims.base import AtLeast, Better, Claim, Exact, Headline, SeedResult, sweep_record
+from neurips26.claims.base import AtLeast, Better, Claim, Exact, Headline, RatioAtLeast, SeedResult, sweep_record
 from neurips26.claims.plotting import pyplot, save_figure
 from neurips26.common.models import EOS_ID, build_tiny_lm
 from neurips26.common.seeding import seed_everything
 from neurips26.editing.amps import (
     ActivationSteerer,
+    AdaptiveScaleNet,
+    AMPSSteerer,
     amps_scale,
     modality_contribution_ratio,
     modality_contributions,
     steering_vector,
 )
 
-METHOD = "amps"
-BASELINES = ("uniform",)
+METHOD = "amps_learned"
+BASELINES = ("uniform", "amps_mcr")
 N_COL, N_SHAPE, SLOTS = 6, 4, 4
 W = {w: 4 + i for i, w in enumerate(["the", "is", "maybe", "what", "color", "?"])}
 COL0 = 10
@@ -77,6 +95,12 @@ VOCAB = SHAPE0 + N_SHAPE
 # preference at least 0.25 (half the pilot minimum; the untrained models of the old recipe: <= 0.03 on all
 # conflicts)
 HEALTH = {"max_collapse": 0.05, "min_consistent_acc": 0.9, "min_hedged_vision_pref": 0.25}
+# premise scale_module_learns: the learned module predicts held-out calibration scales better than their mean
+# (R^2 > 0), a bar from first principles. Pilot seed 100 (full config, never used by a profile): R^2 -0.07
+# (train MSE 0.0088, held-out MSE 0.0169, target variance 0.0158: the 8k-parameter MLP overfits 480 noisy
+# Monte-Carlo targets), learned-vs-MCR scale correlation 0.39 on the evaluated conflicts, pref_at_collapse5
+# learned 0.238 / MCR formula 0.246 / uniform 0.237, uniform collapse at the largest alpha 1.0, 173 s CPU.
+MODULE_R2_BAR = 0.0
 
 
 def _world(n: int, seed: int, conflict_frac: float) -> dict[str, torch.Tensor]:
@@ -242,6 +266,77 @@ def _score(first, second, batch) -> dict[str, float]:
     }
 
 
+def _mcr(model, batch, cfg, gen_seed) -> torch.Tensor:
+    """Vision MCR ``[B]`` by the Monte-Carlo functional-entropy diagnostic (``1 + 2 S`` forwards per item)."""
+    emb, mask, masks = model.embed(batch)
+    with torch.no_grad():
+        contribs = modality_contributions(
+            lambda e, m=mask: model.answer_logits(e, m),
+            emb,
+            masks,
+            sigma_rel=cfg["sigma_rel"],
+            num_samples=cfg["mcr_samples"],
+            generator=torch.Generator().manual_seed(gen_seed),
+        )
+    return modality_contribution_ratio(contribs, "vision").float()
+
+
+def _fit_scale_module(model, steerer_args, calib_sets, cfg, seed) -> tuple[AdaptiveScaleNet, dict]:
+    """Distil the MCR-derived scale ``1 - MCR_vision`` into :class:`AdaptiveScaleNet` (spec step 6).
+
+    Training items: the calibration conflicts and as many calibration consistent samples (none of them
+    evaluated); a seeded ``module_holdout`` fraction is held out to measure the fit (R^2), the rest trains
+    the module (full-batch Adam, ``module_steps`` steps, ``module_lr``). The module predicts the scale in
+    [0, 1]; each alpha_max of the grid multiplies it, as it multiplies ``1 - MCR`` in the formula arm.
+    """
+    layer, v = steerer_args
+    hs, targets = [], []
+    for batch in calib_sets:
+        emb, mask, _ = model.embed(batch)
+        probe = AMPSSteerer(model.lm, layer, v, AdaptiveScaleNet(1, 1.0))
+        hs.append(probe.pooled_hidden(emb.detach(), mask))
+        targets.append(amps_scale(_mcr(model, batch, cfg, seed + 7), 1.0).float())
+    h, t = torch.cat(hs), torch.cat(targets)
+    n = len(t)
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed + 11))
+    n_hold = int(round(cfg["module_holdout"] * n))
+    hold, tr = perm[:n_hold], perm[n_hold:]
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed + 13)
+        net = AdaptiveScaleNet(h.shape[-1], alpha_max=1.0, hidden=cfg["module_hidden"])
+    t0 = time.perf_counter()
+    losses = net.fit(h[tr], t[tr], steps=cfg["module_steps"], lr=cfg["module_lr"], seed=seed + 13)
+    fit_s = time.perf_counter() - t0
+    with torch.no_grad():
+        pred = net(h[hold])
+    resid = float(((pred - t[hold]) ** 2).mean())
+    var = float(t[hold].var(unbiased=False))
+    r2 = 1.0 - resid / var if var > 0 else float("nan")
+    info = {
+        "class": type(net).__name__,
+        "objective": "distill (MSE to 1 - MCR_vision)",
+        "params": sum(p.numel() for p in net.parameters()),
+        "train_items": int(len(tr)),
+        "holdout_items": int(n_hold),
+        "calib_conflicts": int(len(calib_sets[0]["label"])),
+        "calib_consistent": int(len(calib_sets[1]["label"])),
+        "steps": cfg["module_steps"],
+        "lr": cfg["module_lr"],
+        "hidden": cfg["module_hidden"],
+        "first_loss": losses[0],
+        "final_loss": losses[-1],
+        "holdout_mse": resid,
+        "holdout_target_var": var,
+        "holdout_r2": r2,
+        "fit_s": fit_s,
+        "mcr_samples": cfg["mcr_samples"],
+    }
+    return net, info
+
+
+ARMS = ("amps_learned", "amps_mcr", "uniform")
+
+
 def run(config: dict, seed: int) -> SeedResult:
     cfg = config
     start = time.perf_counter()
@@ -252,6 +347,7 @@ def run(config: dict, seed: int) -> SeedResult:
     losses = _train(model, train, cfg, seed)
     train_s = time.perf_counter() - t0
     calib = _world(cfg["n_calib"], 10 * seed + 2, 1.0)
+    calib_cons = _world(cfg["n_calib"], 10 * seed + 5, 0.0)
     test = _world(cfg["n_eval"], 10 * seed + 3, 1.0)
     cons = _world(cfg["n_eval"], 10 * seed + 4, 0.0)
     layer = cfg["layer"]
@@ -273,19 +369,19 @@ def run(config: dict, seed: int) -> SeedResult:
         # text) on the calibration conflicts did not train into the paper's regime; steering is then a no-op
         # and the base_model_trained premise fails for this seed
         v = torch.zeros(hs.shape[-1])
+    # the learned scaling module (the paper's mechanism), distilled on calibration items only
+    net, module_info = _fit_scale_module(model, (layer, v), (calib, calib_cons), cfg, seed)
+    steerer = AMPSSteerer(model.lm, layer, v, net)
+    # per-sample scale in [0, 1] on the evaluated conflicts: the formula arm runs the Monte-Carlo diagnostic,
+    # the learned arm one unsteered forward and the module
     t0 = time.perf_counter()
-    emb_t, mask_t, masks_t = model.embed(test)
-    with torch.no_grad():
-        contribs = modality_contributions(
-            lambda e: model.answer_logits(e, mask_t),
-            emb_t,
-            masks_t,
-            sigma_rel=cfg["sigma_rel"],
-            num_samples=cfg["mcr_samples"],
-            generator=torch.Generator().manual_seed(seed),
-        )
-    mcr = modality_contribution_ratio(contribs, "vision").float()
+    mcr = _mcr(model, test, cfg, seed)
     mcr_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    emb_t, mask_t, _ = model.embed(test)
+    learned = steerer.alphas(emb_t.detach(), mask_t, alpha_max=1.0)
+    learned_s = time.perf_counter() - t0
+    scale = {"amps_mcr": amps_scale(mcr, 1.0).float(), "amps_learned": learned.float()}
     base_first, base_second = _answers(model, test, layer, v, 0.0)
     base = _score(base_first, base_second, test)
     # training health of the unsteered base model (premise base_model_trained, bars in HEALTH)
@@ -307,13 +403,14 @@ def run(config: dict, seed: int) -> SeedResult:
         and n_img > 0
         and n_text > 0
     )
+    # every arm: the same vector, layer, alpha grid and evaluated items; per-sample alpha = a x scale
     curves = {"pref": {}, "collapse": {}}
     best = {}
     chosen = {}
-    for arm in (METHOD, "uniform"):
+    for arm in ARMS:
         curves["pref"][arm], curves["collapse"][arm] = [], []
         for a in cfg["alphas"]:
-            alpha = amps_scale(mcr, a).float() if arm == METHOD else float(a)
+            alpha = float(a) if arm == "uniform" else a * scale[arm]
             f, s2 = _answers(model, test, layer, v, alpha)
             sc = _score(f, s2, test)
             curves["pref"][arm].append(sc["vision_pref"])
@@ -324,37 +421,34 @@ def run(config: dict, seed: int) -> SeedResult:
         chosen[arm] = cfg["alphas"][i_best]
     fu, su = _answers(model, test, layer, v, float(max(cfg["alphas"])))
     changed = float((fu != base_first).double().mean())
-    # consistent-set accuracy at the chosen operating points
+    # consistent-set accuracy at the chosen operating points (each arm's own per-sample scale)
     cons_acc = {}
-    mcr_c = None
-    for arm in (METHOD, "uniform"):
-        if arm == METHOD:
-            e_c, m_c, k_c = model.embed(cons)
-            with torch.no_grad():
-                c_c = modality_contributions(
-                    lambda e, m=m_c: model.answer_logits(e, m),
-                    e_c,
-                    k_c,
-                    sigma_rel=cfg["sigma_rel"],
-                    num_samples=cfg["mcr_samples"],
-                    generator=torch.Generator().manual_seed(seed),
-                )
-            mcr_c = modality_contribution_ratio(c_c, "vision").float()
-            alpha = amps_scale(mcr_c, chosen[arm]).float()
-        else:
-            alpha = float(chosen[arm])
+    e_c, m_c, _ = model.embed(cons)
+    cons_scale = {
+        "amps_mcr": amps_scale(_mcr(model, cons, cfg, seed), 1.0).float(),
+        "amps_learned": steerer.alphas(e_c.detach(), m_c, alpha_max=1.0).float(),
+    }
+    for arm in ARMS:
+        alpha = float(chosen[arm]) if arm == "uniform" else chosen[arm] * cons_scale[arm]
         f, _ = _answers(model, cons, layer, v, alpha)
         cons_acc[arm] = float(((f - COL0) == cons["img_col"]).double().mean())
+    s_l, s_m = scale["amps_learned"].double(), scale["amps_mcr"].double()
+    corr = float(torch.corrcoef(torch.stack([s_l, s_m]))[0, 1]) if s_l.std() > 0 and s_m.std() > 0 else 0.0
     metrics = {
         "pref_at_collapse5": dict(best),
         "consistent_acc": dict(cons_acc),
         "changed_at_max": {"uniform": changed},
+        "collapse_at_max": {"uniform": curves["collapse"]["uniform"][-1]},
         "vision_pref": {"unsteered": base["vision_pref"]},
         "hedged_vision_pref": {"unsteered": base_hedged_vision},
         "collapse": {"unsteered": base["collapse"]},
         "base_consistent_acc": {"unsteered": base_cons},
         "base_trained": {"unsteered": float(healthy)},
-        "mcr_mean": {METHOD: float(mcr.mean())},
+        "module_r2": {"amps_learned": module_info["holdout_r2"]},
+        "scale_speedup": {"amps_learned": mcr_s / max(learned_s, 1e-9)},
+        "scale_corr": {"amps_learned": corr},
+        "mean_scale": {"amps_learned": float(s_l.mean()), "amps_mcr": float(s_m.mean())},
+        "mcr_mean": {"amps_mcr": float(mcr.mean())},
     }
     conflict_mcr = mcr.numpy()
     info = {
@@ -362,7 +456,13 @@ def run(config: dict, seed: int) -> SeedResult:
             "alpha_grid": cfg["alphas"],
             "layer": layer,
             "eval_conflicts": cfg["n_eval"],
+            "eval_consistent": cfg["n_eval"],
             "same_vector": True,
+            "same_items": True,
+            "arms": list(ARMS),
+            "vector_calib_conflicts": cfg["n_calib"],
+            "scale_module": module_info,
+            "forwards_per_item_for_scale": {"amps_mcr": 1 + 2 * cfg["mcr_samples"], "amps_learned": 1, "uniform": 0},
         },
         "sweeps": {arm: {"alpha": sweep_record(cfg["alphas"], chosen[arm])} for arm in chosen},
         "training": {
@@ -377,7 +477,10 @@ def run(config: dict, seed: int) -> SeedResult:
             "batch": 64,
         },
         "health": {**health, "bars": dict(HEALTH), "healthy": healthy},
-        "performance": {"mcr_s_per_sample": mcr_s / cfg["n_eval"]},
+        "performance": {
+            "mcr_s_per_sample": mcr_s / cfg["n_eval"],
+            "learned_s_per_sample": learned_s / cfg["n_eval"],
+        },
         "mcr_by_noise": {
             str(nv): float(conflict_mcr[(test["noise"] == nv).numpy()].mean()) for nv in (0.1, 0.5, 1.0)
         },
@@ -425,6 +528,10 @@ CONFIGS = {
         mcr_samples=4,
         alphas=[0.0, 1.0, 2.0],
         collapse_cap=0.05,
+        module_hidden=64,
+        module_steps=500,
+        module_lr=1e-3,
+        module_holdout=0.2,
         threads=1,
     ),
     "quick": dict(
@@ -442,6 +549,10 @@ CONFIGS = {
         mcr_samples=8,
         alphas=[0.0, 1.0, 2.0, 4.0, 8.0, 16.0],
         collapse_cap=0.05,
+        module_hidden=64,
+        module_steps=500,
+        module_lr=1e-3,
+        module_holdout=0.2,
         threads=1,
     ),
     "full": dict(
@@ -459,6 +570,10 @@ CONFIGS = {
         mcr_samples=16,
         alphas=[0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 16.0],
         collapse_cap=0.05,
+        module_hidden=64,
+        module_steps=500,
+        module_lr=1e-3,
+        module_holdout=0.2,
         threads=1,
     ),
 }
@@ -466,8 +581,9 @@ CONFIGS = {
 CLAIM = Claim(
     slug="amps",
     claim=(
-        "Scaling modality-preference steering per sample by the functional-entropy Modality Contribution Ratio "
-        "gives a stronger preference shift than uniform steering at a matched (low) generation-collapse rate."
+        "Scaling modality-preference steering per sample, with the scale predicted from the hidden state by AMPS's "
+        "learned module (distilled from the functional-entropy Modality Contribution Ratio), gives a stronger "
+        "preference shift than uniform steering at a matched (low) generation-collapse rate."
     ),
     method=METHOD,
     baselines=BASELINES,
@@ -475,9 +591,23 @@ CLAIM = Claim(
     premises=(
         Exact("base_trained", expected=1.0, arm="unsteered", kind="evidence", label="base_model_trained"),
         AtLeast("changed_at_max", threshold=0.2, arm="uniform", label="uniform_changes_answers"),
+        # the regime the paper is about: one global strength strong enough to flip samples breaks generation
+        AtLeast("collapse_at_max", threshold=0.5, arm="uniform", label="uniform_collapses_at_max"),
+        # the learned module trained: it predicts held-out calibration scales better than their mean
+        AtLeast("module_r2", threshold=MODULE_R2_BAR, arm=METHOD, label="scale_module_learns"),
     ),
     criteria=(
         Better("pref_at_collapse5", baseline="uniform", margin=0.02, min_seeds=3, label="pref_vs_uniform"),
+        Better(
+            "pref_at_collapse5",
+            arm="amps_mcr",
+            baseline="uniform",
+            margin=0.02,
+            min_seeds=3,
+            label="mcr_vs_uniform",
+        ),
+        Better("pref_at_collapse5", baseline="amps_mcr", margin=-0.02, min_seeds=3, label="learned_matches_mcr"),
+        RatioAtLeast("scale_speedup", ratio=10.0, kind="cost", label="module_faster_than_mcr"),
         Better("consistent_acc", baseline="uniform", margin=-0.02, min_seeds=3, label="consistent_not_worse"),
     ),
     headlines=(
@@ -485,6 +615,17 @@ CLAIM = Claim(
             "AMPS gives stronger modality-preference control with lower generation collapse than conventional "
             "steering on MC2",
             criteria=("pref_vs_uniform",),
+            primary=True,
+        ),
+        Headline(
+            "instance-aware scaling by the functional-entropy Modality Contribution Ratio (less steering where the "
+            "target modality already dominates) beats one global steering strength",
+            criteria=("mcr_vs_uniform",),
+        ),
+        Headline(
+            "a learned module predicts the per-sample scale from the hidden state, so the Monte-Carlo MCR "
+            "diagnostic is not needed at inference",
+            criteria=("learned_matches_mcr", "module_faster_than_mcr"),
         ),
         Headline(
             "consistently across model scales",
@@ -502,15 +643,28 @@ CLAIM = Claim(
     implemented=(
         "Functional-entropy MCR (f = probability of the unperturbed answer, Gaussian noise at sigma_rel x RMS "
         "of each modality's embeddings), difference-of-means steering vector at one decoder layer applied from "
-        "the last prompt token on (forward hook on model.model.layers[l]), AMPS-scaling alpha_b = "
-        "alpha_max (1 - MCR_vision); uniform steering with the same vector and alpha grid. Every seed's model is trained "
-        "with one recipe (AdamW, linear warmup, cosine decay, gradient-norm clip 1.0; info['training']) and both arms "
-        "steer that one model; premise base_model_trained checks per seed that it trained (HEALTH bars)."
+        "the last prompt token on (forward hook on model.model.layers[l]). Three arms steer the same model with the "
+        "same vector, layer, alpha grid and evaluated items: amps_learned (the judged method: AMPSSteerer reads the "
+        "steered block's unsteered output at the last prompt token, AdaptiveScaleNet (2-layer MLP, hidden 64, "
+        "sigmoid) maps it to a scale s_b in [0, 1], alpha_b = alpha_max s_b; the module is distilled by MSE onto "
+        "1 - MCR_vision of calibration items only, budget in info['budget']['scale_module']), amps_mcr (the "
+        "fixed MCR formula alpha_b = alpha_max (1 - MCR_vision), Monte-Carlo diagnostic run on every evaluated "
+        "item) and uniform (one alpha for every sample). Every seed's model is trained with one recipe (AdamW, "
+        "linear warmup, cosine decay, gradient-norm clip 1.0; info['training']); premise base_model_trained "
+        "checks per seed that it trained (HEALTH bars)."
     ),
     differences=(
-        "Toy scene-QA model instead of LLaVA-scale MLLMs on MC2; the learned scaling module (AdaptiveScaleNet) "
-        "is implemented and tested but not in the claim; no prompt-instruction baseline; consistent-set accuracy "
-        "stands in for MM-Vet v2. Full profile: 3 training seeds (each seed trains its own model)."
+        "1. Toy scene-QA model (linear projector + 3-layer Llama, width 128) instead of LLaVA-scale MLLMs on MC2. "
+        "2. The module is trained with the spec's 'distill' objective (MSE to the MCR-derived scale) on 300 "
+        "calibration conflicts + 300 calibration consistent samples (80 % train, 20 % held out for the fit check), "
+        "500 full-batch Adam steps; the 'direct' objective (backpropagating the steered answer likelihood) is not "
+        "run. The module predicts a scale in [0, 1] that each alpha_max of the grid multiplies, so one module "
+        "serves the whole sweep instead of one module per alpha_max. "
+        "3. Each arm's operating point is the best alpha of the shared 9-point grid with collapse <= 5 % on the "
+        "evaluated conflicts themselves (the same optimistic selection for every arm; no separate tuning split). "
+        "4. No prompt-instruction or L2S baseline; consistent-set accuracy stands in for MM-Vet v2; one model size. "
+        "5. Scale-prediction speed (module_faster_than_mcr) is our CPU code's wall time, reported as cost only. "
+        "Full profile: 3 training seeds (each seed trains its own model)."
     ),
     data="Generated scene-QA world (4 object slots, colour/shape one-hots with per-sample noise, text context with hedges).",
     plot=plot,
@@ -518,12 +672,17 @@ CLAIM = Claim(
         "pref_at_collapse5": "highest fraction of held-out conflicts answered with the image's colour over the alpha grid, among points with collapse <= 5 %",
         "consistent_acc": "accuracy on held-out consistent samples at the arm's chosen alpha",
         "changed_at_max": "fraction of conflict answers that change under uniform steering at the largest alpha",
+        "collapse_at_max": "collapse rate of uniform steering at the largest alpha of the grid (the regime: a global strength breaks generation)",
         "vision_pref": "fraction of conflicts answered with the image colour, unsteered",
         "collapse": "fraction of answers that are not one colour word followed by EOS",
         "hedged_vision_pref": "fraction of held-out hedged conflicts ('maybe') answered with the image colour, unsteered",
         "base_consistent_acc": "accuracy of the unsteered model on held-out consistent samples (text = image)",
         "base_trained": "1 when the seed's unsteered model passes every HEALTH bar (collapse, consistent accuracy, "
         "hedged-conflict vision preference, both calibration groups non-empty), else 0",
+        "module_r2": "R^2 of the learned scale module on held-out calibration items (target 1 - MCR_vision)",
+        "scale_speedup": "wall time of the Monte-Carlo MCR scale over the learned module's scale (one unsteered forward + MLP) on the evaluated conflicts",
+        "scale_corr": "Pearson correlation of the learned scale and 1 - MCR_vision on the evaluated conflicts",
+        "mean_scale": "mean per-sample scale (alpha_b / alpha_max) on the evaluated conflicts",
         "mcr_mean": "mean MCR of the vision tokens on the held-out conflicts",
     },
 )

@@ -31,6 +31,8 @@ Shapes
 - :class:`ActivationSteerer`: ``vector [d]``, ``alpha`` scalar or ``[B]``, ``prompt_lengths [B]``; the
   steered layer output keeps its shape ``[B, L, d]``.
 - :class:`AdaptiveScaleNet`: ``pooled_hidden [B, d_model]`` -> ``[B]``.
+- :class:`AMPSSteerer`: ``inputs_embeds [B, L, d]``, ``attention_mask [B, L]`` -> pooled hidden ``[B, d]``,
+  per-sample strengths ``[B]``; steered generation as ``model.generate``.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ __all__ = [
     "ActivationSteerer",
     "amps_scale",
     "AdaptiveScaleNet",
+    "AMPSSteerer",
 ]
 
 
@@ -313,3 +316,94 @@ class AdaptiveScaleNet(nn.Module):
             opt.step()
             losses.append(float(loss.detach()))
         return losses
+
+
+class AMPSSteerer:
+    """AMPS at inference: read the pooled hidden state, predict each sample's strength, steer.
+
+    One unsteered forward reads the output of ``model.model.layers[layer]`` at the last prompt token
+    (the point the steering vector is added to); the learned :class:`AdaptiveScaleNet` maps it to
+    :math:`\\alpha_b \\in [0, \\alpha_{max}]`, so the Monte-Carlo MCR diagnostic is not run at inference;
+    the steered pass adds :math:`\\alpha_b v` through :class:`ActivationSteerer`.
+
+    Parameters
+    ----------
+    model : transformers Llama-family model (``model.model.layers``)
+    layer : int
+    vector : Tensor, shape (d,)
+    scale_net : AdaptiveScaleNet
+        Trained module (``scale_net.alpha_max`` is its own range).
+    positions : {"generation", "all"}
+    """
+
+    def __init__(
+        self, model: nn.Module, layer: int, vector: torch.Tensor, scale_net: AdaptiveScaleNet,
+        positions: str = "generation",
+    ):
+        check_int("layer", layer, 0, len(model.model.layers) - 1)
+        check_choice("positions", positions, ("generation", "all"))
+        if not isinstance(scale_net, AdaptiveScaleNet):
+            raise TypeError(f"scale_net must be an AdaptiveScaleNet, got {type(scale_net).__name__}")
+        self.model, self.layer, self.vector, self.scale_net, self.positions = (
+            model, layer, vector, scale_net, positions,
+        )
+
+    def pooled_hidden(
+        self, inputs_embeds: torch.Tensor, attention_mask: torch.Tensor | None = None,
+        prompt_lengths: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Unsteered output of the steered block at the last prompt token, ``[B, d]`` (detached).
+
+        ``prompt_lengths`` ``[B]``: the last prompt token of row b is ``prompt_lengths[b] - 1``;
+        default the last position (left-padded prompts).
+        """
+        got = {}
+
+        def hook(_module, _args, output):
+            got["h"] = (output[0] if isinstance(output, tuple) else output).detach()
+
+        handle = self.model.model.layers[self.layer].register_forward_hook(hook)
+        try:
+            with torch.no_grad():
+                self.model(inputs_embeds=inputs_embeds, attention_mask=attention_mask)
+        finally:
+            handle.remove()
+        h = got["h"]
+        if prompt_lengths is None:
+            return h[:, -1]
+        return h[torch.arange(h.shape[0]), prompt_lengths.long() - 1]
+
+    def alphas(
+        self, inputs_embeds: torch.Tensor, attention_mask: torch.Tensor | None = None,
+        alpha_max: float | None = None, prompt_lengths: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Per-sample strengths ``[B]`` from the module, rescaled to ``[0, alpha_max]`` when given."""
+        with torch.no_grad():
+            a = self.scale_net(self.pooled_hidden(inputs_embeds, attention_mask, prompt_lengths))
+        if alpha_max is None:
+            return a
+        check_float("alpha_max", alpha_max, 0.0)
+        if self.scale_net.alpha_max == 0:
+            return torch.zeros_like(a)
+        return a * (alpha_max / self.scale_net.alpha_max)
+
+    def steering(self, alphas: torch.Tensor | float, prompt_lengths: torch.Tensor | None = None) -> ActivationSteerer:
+        """The steering hook with per-sample ``alphas`` (context manager)."""
+        return ActivationSteerer(
+            self.model, self.layer, self.vector, alphas, positions=self.positions, prompt_lengths=prompt_lengths
+        )
+
+    def generate(
+        self, model: nn.Module | None = None, inputs_embeds: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None, alpha_max: float | None = None, **gen_kwargs,
+    ):
+        """Read the hidden state, predict ``alpha_b`` and ``model.generate`` under the steering hook."""
+        model = self.model if model is None else model
+        if model is not self.model:
+            raise ValueError("generate must use the model the steerer hooks")
+        if inputs_embeds is None:
+            raise ValueError("generate needs inputs_embeds (B, L, d)")
+        a = self.alphas(inputs_embeds, attention_mask, alpha_max)
+        lens = torch.full((inputs_embeds.shape[0],), inputs_embeds.shape[1])
+        with self.steering(a, lens):
+            return model.generate(inputs_embeds=inputs_embeds, attention_mask=attention_mask, **gen_kwargs)
