@@ -67,6 +67,8 @@ class Benchmark:
         others ``arm@at``.
     repeats : tuple of int
         Timed repeats (quick, full).
+    warmup : int
+        Untimed calls of every arm before the timed ones (0 when ``setup`` already ran each arm).
     notes : str
         What is and is not measured, said plainly.
     """
@@ -80,6 +82,7 @@ class Benchmark:
     targets: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     repeats: tuple[int, int] = (5, 9)
     notes: str = ""
+    warmup: int = 1
 
 
 def time_interleaved(
@@ -211,7 +214,7 @@ def run_bench(
                     raise RuntimeError(
                         f"benchmark {name!r}: setup returned no reference arm {bench.reference!r}"
                     )
-                timing = time_interleaved(arms, reps)
+                timing = time_interleaved(arms, reps, warmup=bench.warmup)
                 ref = timing[bench.reference]["median_s"]
                 ratio = {a: v["median_s"] / ref for a, v in timing.items()}
                 rows.append(
