@@ -1297,6 +1297,105 @@ def _specs_new() -> dict[str, Spec]:
         return recpo.ObjectStateView().encode(obs)
 
     s["recpo.ProcedureView"] = Spec(recpo_view, tensors=lambda: {"obs": torch.zeros(30, dtype=torch.float64)})
+
+    # ------------------------------------------------------------------ nn: aNCA
+    from neurips26.nn import anca
+
+    def _deform_args():
+        return {
+            "input": _randn(2, 4, 6, 6),
+            "offset": 0.5 * _randn(2, 2 * 9, 6, 6, seed=1),
+            "weight": _randn(3, 4, 3, 3, seed=2),
+            "mask": _rand(2, 9, 6, 6, seed=3),
+        }
+
+    deform_bad = {"stride": (0, -1, 1.5), "padding": (-1,), "dilation": (0,), "bias": ("b", torch.zeros(5))}
+    s["anca.deform_conv2d"] = Spec(
+        lambda **kw: anca.deform_conv2d(**{"padding": 1, **kw}),
+        tensors=_deform_args,
+        bad={**deform_bad, "backend": ("cuda", 3)},
+    )
+    s["anca.deform_conv2d_reference"] = Spec(
+        lambda **kw: anca.deform_conv2d_reference(**{"padding": 1, **kw}),
+        tensors=_deform_args,
+        bad=deform_bad,
+    )
+    s["anca.DeformablePerception"] = Spec(
+        lambda state, **kw: anca.DeformablePerception(4, 6, **kw)(state),
+        tensors=lambda: {"state": _randn(2, 4, 5, 5)},
+        bad={
+            "kernel_size": (0, 2, -3),
+            "offset_groups": (0, 3),
+            "max_offset": (0.0, -1.0, float("nan")),
+            "modulation": ("relu",),
+            "backend": ("cuda",),
+        },
+    )
+    s["anca.NCAPerception"] = Spec(
+        lambda state, **kw: anca.NCAPerception(4, 12, **kw)(state),
+        tensors=lambda: {"state": _randn(2, 4, 5, 5)},
+        bad={"kind": ("fft",), "kernel_size": (0, 2), "dilation": (0, -1), "padding_mode": ("reflect",)},
+    )
+    s["anca.AdaptiveNCA"] = Spec(
+        lambda inputs, **kw: anca.AdaptiveNCA(3, 2, 2, update_hidden=8, **kw)(inputs, steps=2),
+        tensors=lambda: {"inputs": _rand(2, 3, 5, 5)},
+        bad={
+            "perception": ("attention",),
+            "fire_rate": (-0.1, 1.5, float("nan")),
+            "clamp": (0.0, -1.0, float("nan")),
+            "update_hidden": (0, -1),
+            "hidden_channels": (-1,),
+            "padding_mode": ("circular",),
+        },
+    )
+    s["anca.SudokuDataset"] = Spec(
+        lambda **kw: anca.SudokuDataset(**{"n": 2, "n_blank": 10, "seed": 0, **kw})[0],
+        bad={"n": (0, -1, 1.5), "n_blank": (-1, 82)},
+    )
+    s["anca.MazeDataset"] = Spec(
+        lambda **kw: anca.MazeDataset(**{"n": 2, "cells": 3, "seed": 0, **kw})[1],
+        bad={"n": (0, -1), "cells": (0, 1, 2.5)},
+    )
+
+    def _sudoku():
+        return anca.SudokuDataset(2, 10, seed=0)
+
+    s["anca.sudoku_is_valid"] = Spec(
+        lambda **kw: anca.sudoku_is_valid(**{"grid": _sudoku().solutions[0].numpy(), **kw}),
+        bad={"grid": (np.ones((9, 8), dtype=np.int64), np.ones(81, dtype=np.int64))},
+    )
+    s["anca.sudoku_solve_rate"] = Spec(
+        lambda **kw: anca.sudoku_solve_rate(
+            **{"pred": _sudoku().solutions, "puzzles": _sudoku().puzzles, **kw}
+        ),
+        bad={"pred": (np.ones((2, 9, 8)), np.ones((0, 9, 9))), "puzzles": (np.ones((3, 9, 9)),)},
+    )
+
+    def _maze_walls():
+        return anca.MazeDataset(1, 3, seed=0).inputs[0, 0].numpy().astype(bool)
+
+    s["anca.bfs_shortest_path"] = Spec(
+        lambda **kw: anca.bfs_shortest_path(
+            **{"walls": _maze_walls(), "start": (1, 1), "goal": (5, 5), **kw}
+        ),
+        bad={
+            "start": ((0, 0), (-1, 1), (99, 1)),
+            "goal": ((0, 0), (1,)),
+            "walls": (np.zeros(7, dtype=bool),),
+        },
+    )
+
+    def _paths():
+        d = anca.MazeDataset(3, 3, seed=0)
+        return {"pred_mask": d.targets.clone(), "target_mask": d.targets, "valid": d.open}
+
+    bad_masks = {
+        "pred_mask": (torch.zeros(3, 7), torch.zeros(0, 7, 7)),
+        "target_mask": (torch.zeros(2, 7, 7),),
+        "valid": (torch.ones(3, 7, 6),),
+    }
+    s["anca.maze_exact_match"] = Spec(lambda **kw: anca.maze_exact_match(**{**_paths(), **kw}), bad=bad_masks)
+    s["anca.path_f1"] = Spec(lambda **kw: anca.path_f1(**{**_paths(), **kw}), bad=bad_masks)
     return s
 
 
@@ -1564,6 +1663,8 @@ FLOAT32_ONLY: dict[str, str] = {
 OWN_DTYPE: dict[str, str] = {
     "adera.decode_payload": "returns the dtype the payload declares (bfloat16 in the spec), whatever the default dtype",
     "adkv.ADKVQuantizer": "stores the quantiser state (z, a) in float16 by the cache's memory format",
+    "anca.SudokuDataset": "a data set: its one-hot inputs are float32 by its documented format (cast by the model)",
+    "anca.MazeDataset": "a data set: its wall/start/goal planes are float32 by its documented format",
 }
 
 

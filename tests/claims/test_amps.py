@@ -5,8 +5,6 @@ import math
 
 import pytest
 
-import torch
-
 from neurips26.claims import amps as amps_claim
 from neurips26.claims.amps import ARMS, CLAIM, HEALTH, _lr_factor
 from neurips26.claims.base import judge_claim

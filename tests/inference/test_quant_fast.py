@@ -261,8 +261,11 @@ def test_adkv_batch_operations_and_growth():
         layer.batch_repeat_interleave(2)
         layer.batch_select_indices(torch.tensor([0, 3, 5]))
         outs[mode] = [layer.update(new[..., t : t + 1, :], new[..., t : t + 1, :]) for t in range(12)]
-        assert layer._bufs["key_codes"].buf.shape[1] > cap == 18  # grew past the exact prefill capacity
-        assert layer.key_codes.shape[1] == layer.encoded_length == 30
+        ns = layer.config.sink_tokens  # the first tokens are stored exactly (fp16), not coded
+        assert ns == layer.sink_length == 1
+        # grew past the exact prefill capacity (20 tokens - residual 2 - sink 1)
+        assert layer._bufs["key_codes"].buf.shape[1] > cap == 18 - ns
+        assert layer.encoded_length == 30 and layer.key_codes.shape[1] == 30 - ns
     for (a, b), (c, d) in zip(outs["reference"], outs["stream"]):
         assert torch.equal(a, c) and torch.equal(b, d)
 

@@ -36,7 +36,13 @@ import pytest
 import torch
 from torch import nn
 
-from neurips26.rl.abc_align import ABCConfig, ABCRewardTrainer, PreferencePairs, abc_reward_loss, make_objective
+from neurips26.rl.abc_align import (
+    ABCConfig,
+    ABCRewardTrainer,
+    PreferencePairs,
+    abc_reward_loss,
+    make_objective,
+)
 
 trl = pytest.importorskip("trl")
 

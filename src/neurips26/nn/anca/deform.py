@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from neurips26.common.checks import check_choice, check_int
+from neurips26.common.checks import check_choice, check_int, check_tensor
 
 __all__ = ["BACKENDS", "deform_conv2d", "deform_conv2d_reference", "torchvision_available"]
 
@@ -63,12 +63,19 @@ def _check(
 ) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int], int, int, int, int]:
     """Validate arguments; return stride, padding, dilation, offset groups, conv groups, H_out, W_out."""
     for name, t in (("input", input), ("offset", offset), ("weight", weight)):
-        if not isinstance(t, Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if not t.is_floating_point():
-            raise TypeError(f"{name} must be a floating-point tensor, got {t.dtype}")
+        check_tensor(name, t)  # a floating, finite tensor holding data (not meta)
         if t.dim() != 4:
             raise ValueError(f"{name} must be 4-D, got shape {tuple(t.shape)}")
+        if t.numel() == 0:
+            raise ValueError(f"{name} must not be empty, got shape {tuple(t.shape)}")
+    for name, t in (("mask", mask), ("bias", bias)):
+        if isinstance(t, Tensor):
+            check_tensor(name, t)
+    devices = {t.device for t in (input, offset, weight, mask, bias) if isinstance(t, Tensor)}
+    if len(devices) > 1:
+        raise ValueError(
+            f"input, offset, weight, mask and bias must share one device, got {sorted(map(str, devices))}"
+        )
     sh, sw = _pair("stride", stride, 1)
     ph, pw = _pair("padding", padding, 0)
     dh, dw = _pair("dilation", dilation, 1)

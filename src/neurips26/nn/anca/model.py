@@ -138,6 +138,8 @@ class DeformablePerception(nn.Module):
         check_tensor("state", state, like=self, like_name="perception")
         if state.dim() != 4 or state.shape[1] != self.in_channels:
             raise ValueError(f"state must have shape (B, {self.in_channels}, H, W), got {tuple(state.shape)}")
+        if state.numel() == 0:
+            raise ValueError(f"state must not be empty, got shape {tuple(state.shape)}")
         out, offsets, mask = self._compute(state)
         return (out, offsets, mask) if return_mask else (out, offsets)
 
@@ -212,7 +214,8 @@ class NCAPerception(nn.Module):
             )
 
     def forward(self, state: Tensor) -> Tensor:
-        if not isinstance(state, Tensor) or state.dim() != 4 or state.shape[1] != self.in_channels:
+        check_tensor("state", state, like=self, like_name="perception")
+        if state.dim() != 4 or state.shape[1] != self.in_channels:
             shape = tuple(state.shape) if isinstance(state, Tensor) else type(state).__name__
             raise ValueError(f"state must have shape (B, {self.in_channels}, H, W), got {shape}")
         mode = "constant" if self.padding_mode == "zeros" else "circular"
@@ -363,6 +366,8 @@ class AdaptiveNCA(nn.Module):
             raise ValueError(
                 f"inputs must have shape (B, input_channels={self.input_channels}, H, W), got {tuple(inputs.shape)}"
             )
+        if inputs.numel() == 0:
+            raise ValueError(f"inputs must not be empty, got shape {tuple(inputs.shape)}")
         check_int("steps", steps, low=1)
         state = self.initial_state(inputs)
         states, offsets = [state], []
