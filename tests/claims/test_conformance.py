@@ -27,9 +27,6 @@ from neurips26.registry import get, implemented_slugs, load_claim
 SLUGS = implemented_slugs()
 RESULTS = Path(__file__).resolve().parents[2] / "results" / "full"
 
-# Claims allowed to set their own thread counts outside config keys while being converted (none left).
-THREADS_PENDING: set[str] = set()
-
 # Wall-clock measurements: excluded from the same-seed comparison only (still finite, still defined).
 WALL_CLOCK = {
     "accelegrad_sharp": {"mnist_step_ratio_vs_spectral", "lm_step_ratio_vs_spectral"},
@@ -94,7 +91,7 @@ def _thread_calls(tree: ast.AST) -> list[ast.Call]:
 
 
 def test_pending_sets_name_implemented_claims():
-    for table in (THREADS_PENDING, WALL_CLOCK, NON_FINITE):
+    for table in (WALL_CLOCK, NON_FINITE):
         assert set(table) <= set(SLUGS)
 
 
@@ -110,8 +107,6 @@ def test_module_exposes_public_run_and_plot_and_snake_case_arms(slug):
 
 @pytest.mark.parametrize("slug", SLUGS)
 def test_every_profile_config_declares_threads(slug):
-    if slug in THREADS_PENDING:
-        pytest.skip(f"{slug}: conversion pending (THREADS_PENDING)")
     claim = load_claim(slug)
     for profile in Profile:
         threads = claim.configs[profile.value].get("threads")
@@ -124,8 +119,6 @@ def test_every_profile_config_declares_threads(slug):
 @pytest.mark.parametrize("slug", SLUGS)
 def test_claim_sets_no_thread_count_itself(slug):
     """Only the runner sets ``threads``; a sub-phase (a forked worker, a benchmark) reads a config key."""
-    if slug in THREADS_PENDING:
-        pytest.skip(f"{slug}: conversion pending (THREADS_PENDING)")
     claim = load_claim(slug)
     keys = set()
     for path in _sources(slug):

@@ -42,6 +42,26 @@ def lm():
                          num_attention_heads=2, num_key_value_heads=1, intermediate_size=32).eval()
 
 
+def _assert_greedy_choices_clear(lm, prompts, roll, threshold):
+    """Each greedy choice and each intervention decision of ``roll`` clears the float32 rounding bound.
+
+    Another computation of the same rollout (other lengths or batch shapes) gives logits equal up to
+    ``L (d + d_ff + T) eps32 max|logit|``; its greedy tokens and its divergence-vs-threshold decisions are then
+    the same integers if every top-2 logit gap and every ``|divergence - threshold|`` exceeds twice that bound.
+    ``prompts``: the unpadded student and teacher prompts ``[B, P]``; ``roll``: its ``sequences`` ``[B, T]``.
+    """
+    cfg = lm.config
+    for prompt in prompts:
+        ids = torch.cat([prompt, roll.sequences], 1)
+        with torch.no_grad():
+            logits = lm(input_ids=ids).logits[:, prompt.shape[1] - 1 : -1].float()  # the steps that chose them
+        n = cfg.num_hidden_layers * (cfg.hidden_size + cfg.intermediate_size + ids.shape[1])
+        bound = 2 * n * torch.finfo(torch.float32).eps * logits.abs().max()
+        top2 = logits.topk(2, dim=-1).values
+        assert (top2[..., 0] - top2[..., 1]).min() > bound
+    assert ((roll.divergence - threshold).abs() > bound).all()
+
+
 def test_divergence_properties():
     g = torch.Generator().manual_seed(0)
     a, b = torch.randn(6, V, generator=g) * 2, torch.randn(6, V, generator=g) * 2
@@ -123,10 +143,11 @@ def test_draft_verify_equals_per_token_with_fewer_teacher_calls(lm):
     sp = torch.randint(4, V, (3, 4), generator=g)
     tp = torch.randint(4, V, (3, 7), generator=g)
     base = dict(threshold=0.05, teacher_sampling="greedy", student_sampling="greedy", max_new_tokens=8)
-    # integer tokens from greedy passes of different lengths (logits equal to rounding): portable unless a
-    # top-2 logit gap lies within n * eps32 * max|logit| (odds ~1e-6 per token)
+    # integer tokens from greedy passes of different lengths (logits equal to rounding): portable because
+    # every top-2 logit gap and every divergence-threshold distance is checked to exceed the rounding bound
     one = speculative_mixed_rollout(lm, sp, tp, SSDConfig(**base, draft_len=1))
     four = speculative_mixed_rollout(lm, sp, tp, SSDConfig(**base, draft_len=4))
+    _assert_greedy_choices_clear(lm, (sp, tp), one, base["threshold"])
     assert torch.equal(one.sequences, four.sequences)
     assert torch.equal(one.intervention_mask, four.intervention_mask)
     assert four.n_teacher_calls <= one.n_teacher_calls
@@ -173,6 +194,9 @@ def test_eos_stops_and_left_padding_matches_unbatched(lm):
     tp = torch.tensor([[4, 5, 6, 7, 8], [0, 0, 11, 9, 10]])
     tm = torch.tensor([[1, 1, 1, 1, 1], [0, 0, 1, 1, 1]])
     both = speculative_mixed_rollout(lm, sp, tp, cfg, student_attention_mask=sm, teacher_attention_mask=tm)
+    # padded vs single-row passes: token equality is portable because every decision clears the bound
+    _assert_greedy_choices_clear(lm, (a, ta), ra, cfg.threshold)
+    _assert_greedy_choices_clear(lm, (b, tb), rb, cfg.threshold)
     assert torch.equal(both.sequences[0], ra.sequences[0]) and torch.equal(both.sequences[1], rb.sequences[0])
     assert torch.equal(both.intervention_mask[1], rb.intervention_mask[0])
     # EOS: with the first generated token as EOS, nothing after it is generated or supervised
