@@ -81,17 +81,18 @@ def smol_runs(tmp_path_factory):
     try:
         first = run(SMOLLM2_CONFIGS["smoke"], 0)  # builds the cached sets and LoRA specialist
         second = run(SMOLLM2_CONFIGS["smoke"], 0)  # loads them
+        other = run(SMOLLM2_CONFIGS["smoke"], 1)  # reuses the sets, fine-tunes its own LoRA
     finally:
         torch.set_num_threads(threads)
         if old is None:
             os.environ.pop("NEURIPS26_CACHE")
         else:
             os.environ["NEURIPS26_CACHE"] = old
-    return first, second
+    return first, second, other
 
 
 def test_smollm2_arm_smoke_structure_and_budget(smol_runs):
-    res, _ = smol_runs
+    res, _, _ = smol_runs
     arms = {SMOLLM2_CLAIM.method, *SMOLLM2_CLAIM.baselines}
     for name in ("smol_hypervolume", "smol_core_at_spec90", "smol_core_at_spec98", "smol_spec_retention_max"):
         assert set(res.metrics[name]) == arms
@@ -105,6 +106,13 @@ def test_smollm2_arm_smoke_structure_and_budget(smol_runs):
     gates = info["amaris_gate"]  # mean over the LoRA modules of the kept deviation, within each budget
     assert sorted(float(b) for b in gates) == sorted(g["budget"] for g in info["grids"]["amaris"])
     assert all(g["deviation_mean"] <= float(b) + 1e-9 for b, g in gates.items())
+    # the diagnosis reads the largest direction each budget passed over (shares in [0, 1]) and the update's rank
+    for g in gates.values():
+        assert (
+            0 <= g["skipped_max_capture_mean"] <= 1 + 1e-9
+            and 0 <= g["skipped_max_deviation_mean"] <= 1 + 1e-9
+        )
+        assert g["rank_mean"] >= g["k_mean"]
     # task arithmetic at alpha = 1 is the specialist itself: its point is (1, specialist core retention)
     ta = dict(zip([g["alpha"] for g in info["grids"]["task_arithmetic"]], info["points"]["task_arithmetic"]))
     spec_acc = res.metrics["smol_acc_spec"]["specialist"]
@@ -114,12 +122,46 @@ def test_smollm2_arm_smoke_structure_and_budget(smol_runs):
 
 
 def test_smollm2_arm_deterministic_through_cache(smol_runs):
-    first, second = smol_runs
+    first, second, _ = smol_runs
     assert first.metrics == second.metrics
     assert first.info["smollm2"]["points"] == second.info["smollm2"]["points"]
 
 
 def test_smollm2_plot_writes_image(smol_runs, tmp_path):
-    res, _ = smol_runs
+    res, _, _ = smol_runs
     paths = SMOLLM2_CLAIM.plot({"info": [res.info], "seeds": [0]}, tmp_path)
     assert len(paths) == 1 and paths[0].exists() and paths[0].stat().st_size > 0
+
+
+def test_smollm2_every_seed_fine_tunes_its_own_lora(smol_runs):
+    """Issue 32 item 7: the base is the one pretrained model, but seed s trains its own LoRA specialist (LoRA
+    initialisation and batch order from train_seed + s)."""
+    first, _, other = smol_runs
+    t0, t1 = first.info["smollm2"]["training"], other.info["smollm2"]["training"]
+    assert (t0["lora_seed"], t1["lora_seed"]) == (0, 1)
+    assert t0["final_loss"] != t1["final_loss"]  # another fine-tune, not the same adapter re-evaluated
+
+
+def test_tiny_every_seed_trains_its_own_base_and_specialist(monkeypatch):
+    """Issue 32 item 7: seed s trains its own base (init and batch order) and specialist (batch order) with
+    training seed train_seed + s on fixed training sets; the training calls are intercepted."""
+    import neurips26.claims.amaris.tiny as tiny
+
+    calls = []
+
+    def fake_train_or_load(namespace, key, make_model, examples, **kw):
+        calls.append((namespace, key, kw["seed"]))
+        return None, {"folder": f"{namespace}-{kw['seed']}"}
+
+    monkeypatch.setattr(tiny, "train_or_load", fake_train_or_load)
+    cfg = CLAIM.configs["smoke"]
+    tiny._models(cfg, 0)
+    tiny._models(cfg, 3)
+    assert [(n, s) for n, _, s in calls] == [
+        ("amaris-base", cfg["train_seed"]),
+        ("amaris-specialist", cfg["train_seed"]),
+        ("amaris-base", cfg["train_seed"] + 3),
+        ("amaris-specialist", cfg["train_seed"] + 3),
+    ]
+    assert calls[0][1] != calls[2][1] and calls[1][1] != calls[3][1]  # own cache entries
+    assert calls[3][1]["base"] == "amaris-base-3"  # the specialist starts from its own seed's base

@@ -79,3 +79,13 @@ def test_full_profile_probes_german_and_spanish_with_facts_in_every_language():
     assert set(targets) <= set(LANGUAGES) - {"en"}
     facts = capital_facts(("en", *targets))
     assert facts and all(set(per_lang) == {"en", *targets} for per_lang in facts.values())
+
+
+def test_smoke_reports_whether_target_keeps_the_old_object(smoke_result):
+    a = smoke_result("crosslingual_edit")
+    kept = a["metrics"]["target_old_kept"]
+    assert set(kept) == set(a["metrics"]["transfer"])
+    # a target prompt cannot give both the new and the old object: transfer + old kept <= 1 per arm and seed
+    for arm, values in kept.items():
+        assert all(0 <= v <= 1 for v in values)
+        assert all(v + t <= 1 + 1e-12 for v, t in zip(values, a["metrics"]["transfer"][arm]))

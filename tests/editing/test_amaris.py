@@ -284,3 +284,38 @@ def test_moments_from_inputs_embeds_equal_input_ids():
     assert set(a) == set(b)
     for k in a:
         assert torch.allclose(a[k], b[k], atol=1e-10), k
+
+
+def test_shared_dominant_direction_is_passed_over_below_its_share():
+    """Diagnosis of the SmolLM2 AMARIS arm (results/diagnosis/amaris_smollm2.md), exact and small: when both
+    calibration sets excite one input direction far more than any other (a shared mean, like a massive
+    activation), the update's component along it carries most of the capture tr(S) *and* most of the
+    deviation tr(B) (ratio ~1). Any budget below its deviation share passes it over, so the gated update
+    keeps almost none of the specialist's effect on typical inputs; only budget 1 takes it."""
+    d_out, d_in = 6, 8
+    g = torch.Generator().manual_seed(0)
+    U, _ = torch.linalg.qr(torch.randn(d_out, 3, dtype=torch.float64, generator=g))
+    V = torch.eye(d_in, dtype=torch.float64)[:, :3]  # row space: e0 (the shared direction), e1, e2
+    dW = U @ V.T
+    mu = torch.zeros(d_in, dtype=torch.float64)
+    mu[0] = 10.0
+    C_b = torch.eye(d_in, dtype=torch.float64) + torch.outer(mu, mu)
+    C_s = C_b.clone()
+    C_s[1, 1] = 4.0  # the specialist inputs also excite e1 more: the one cheap, specialist-specific direction
+    # shares of tr(S) = 106 and tr(B) = 103 per direction: e0 (101, 101), e1 (4, 1), e2 (1, 1)
+    Q, st = amaris_gate(dW, C_s, C_b, budget=0.9)
+    assert st["k"] == 2 and st["rank"] == 3
+    assert abs(st["deviation"] - 2 / 103) < 1e-9 and abs(st["capture"] - 5 / 106) < 1e-9
+    assert len(st["skipped_deviation"]) == 1
+    assert (
+        abs(st["skipped_deviation"][0] - 101 / 103) < 1e-9
+        and abs(st["skipped_capture"][0] - 101 / 106) < 1e-9
+    )
+    # the merged update leaves the mean input's shift out entirely (float64, 6x3 products: 1e-12 is loose)
+    shift = dW @ mu
+    assert float((Q @ (Q.T @ shift)).norm()) < 1e-12 * float(shift.norm())
+    # 0.99 is still below what it needs (its share plus the cheaper e1 kept first); budget 1 takes everything
+    assert amaris_gate(dW, C_s, C_b, budget=0.99)[1]["k"] == 2
+    Q1, st1 = amaris_gate(dW, C_s, C_b, budget=1.0)
+    assert st1["k"] == 3 and abs(st1["capture"] - 1) < 1e-9 and st1["skipped_deviation"] == []
+    assert torch.allclose(Q1 @ (Q1.T @ dW), dW, atol=1e-12)

@@ -251,7 +251,9 @@ def amaris_gate(
     -------
     (Q, stats)
         ``Q`` (d_out, k) with orthonormal columns; stats ``k``, ``rank``, ``capture`` :math:`A(k)`,
-        ``deviation`` :math:`D(k)`, ``lambdas`` (kept), ``all_lambdas``.
+        ``deviation`` :math:`D(k)`, ``lambdas`` (kept), ``all_lambdas``, ``skipped_deviation`` and
+        ``skipped_capture`` (per direction passed over because it would exceed the budget: its own share of
+        :math:`\\mathrm{tr}(B)` and of :math:`\\mathrm{tr}(S)` after orthogonalisation against the kept ones).
     """
     if not isinstance(delta_W, torch.Tensor) or delta_W.dim() != 2:
         raise ValueError(f"delta_W must be a 2-D tensor, got {getattr(delta_W, 'shape', type(delta_W))}")
@@ -286,7 +288,16 @@ def amaris_gate(
         Bm_ = sr[:, None] * (Vr.T @ C_b @ Vr) * sr[None, :]
         basis = Ur
     trS, trB = float(torch.trace(A)), float(torch.trace(Bm_))
-    empty = {"k": 0, "rank": r, "capture": 0.0, "deviation": 0.0, "lambdas": [], "all_lambdas": []}
+    empty = {
+        "k": 0,
+        "rank": r,
+        "capture": 0.0,
+        "deviation": 0.0,
+        "lambdas": [],
+        "all_lambdas": [],
+        "skipped_deviation": [],
+        "skipped_capture": [],
+    }
     if r == 0:
         return dW.new_zeros(d_out, 0), empty
     eps = eps_rel * max(trB, 0.0) / d_out
@@ -308,6 +319,7 @@ def amaris_gate(
         return dW.new_zeros(d_out, 0), stats
     cols: list[torch.Tensor] = []
     kept: list[float] = []
+    skipped: list[tuple[float, float]] = []  # (deviation, capture) shares of directions over the budget
     dev = 0.0
     for j in range(dirs.shape[1]):
         if len(cols) >= k_max:
@@ -324,6 +336,7 @@ def amaris_gate(
         q = q / nq
         add = float(q @ Bm_ @ q) / trB if trB > 0 else 0.0
         if global_lambda is None and dev + add > budget + 1e-12:
+            skipped.append((add, float(q @ A @ q) / trS if trS > 0 else 0.0))
             continue
         cols.append(q)
         kept.append(float(lam[j]))
@@ -331,7 +344,14 @@ def amaris_gate(
     C = torch.stack(cols, 1) if cols else dW.new_zeros(m, 0)
     capture = float(torch.trace(C.T @ A @ C)) / trS if trS > 0 else 0.0
     Q = C if basis is None else basis @ C
-    stats.update(k=Q.shape[1], capture=capture, deviation=dev, lambdas=kept)
+    stats.update(
+        k=Q.shape[1],
+        capture=capture,
+        deviation=dev,
+        lambdas=kept,
+        skipped_deviation=[d for d, _ in skipped],
+        skipped_capture=[c for _, c in skipped],
+    )
     return Q, stats
 
 

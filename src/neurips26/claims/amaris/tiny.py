@@ -59,7 +59,16 @@ def _accuracy(model, data: list[dict]) -> float:
     return float(ok.double().mean())
 
 
-def _models(cfg: dict):
+def model_seed(cfg: dict, seed: int) -> int:
+    """The training seed of run seed ``seed``: every seed trains its own base (initialisation and batch
+    order) and its own specialist from that base (batch order), ``cfg["train_seed"] + seed``. The training
+    sets are fixed."""
+    return int(cfg["train_seed"]) + int(seed)
+
+
+def _models(cfg: dict, seed: int):
+    """The base and specialist that run seed ``seed`` trains (cached per training seed)."""
+    train_seed = model_seed(cfg, seed)
     arch = dict(
         hidden_size=cfg["hidden"],
         intermediate_size=cfg["intermediate"],
@@ -71,14 +80,14 @@ def _models(cfg: dict):
     core = ("copy", "reverse")
     base, hb = train_or_load(
         "amaris-base",
-        {"arch": arch, "n": cfg["n_core"], "digits": cfg["digits"], "seed": cfg["train_seed"]},
-        lambda: build_tiny_lm("llama", vocab_size=VOCAB, seed=cfg["train_seed"], **arch),
+        {"arch": arch, "n": cfg["n_core"], "digits": cfg["digits"], "seed": train_seed},
+        lambda: build_tiny_lm("llama", vocab_size=VOCAB, seed=train_seed, **arch),
         lambda: _dataset(core, cfg["n_core"], 1, cfg["digits"]),
         steps=cfg["base_steps"],
         batch_size=64,
         lr=3e-3,
         warmup=20,
-        seed=cfg["train_seed"],
+        seed=train_seed,
     )
 
     def make_spec():
@@ -89,7 +98,7 @@ def _models(cfg: dict):
 
     spec, hs = train_or_load(
         "amaris-specialist",
-        {"base": hb["folder"], "n": cfg["n_spec"], "seed": cfg["train_seed"], "task": "shift3"},
+        {"base": hb["folder"], "n": cfg["n_spec"], "seed": train_seed, "task": "shift3"},
         make_spec,
         lambda: _dataset(("spec",), cfg["n_spec"], 2, cfg["digits"]),
         steps=cfg["spec_steps"],
@@ -97,7 +106,7 @@ def _models(cfg: dict):
         lr=2e-3,
         warmup=10,
         weight_decay=0.0,
-        seed=cfg["train_seed"],
+        seed=train_seed,
     )
     return base, spec, {"base": hb, "specialist": hs}
 
@@ -105,7 +114,7 @@ def _models(cfg: dict):
 def _tiny_arm(cfg: dict, seed: int) -> tuple[dict, dict, dict]:
     """The tiny digit-task arm: metrics, curves and info for one seed."""
     start = time.perf_counter()
-    base, spec, hist = _models(cfg)
+    base, spec, hist = _models(cfg, seed)  # every seed trains its own base and specialist
     core_eval = _dataset(("copy", "reverse"), cfg["n_eval"], 100 + seed, cfg["digits"])
     spec_eval = _dataset(("spec",), cfg["n_eval"], 200 + seed, cfg["digits"])
     acc = {
@@ -212,7 +221,8 @@ def _tiny_arm(cfg: dict, seed: int) -> tuple[dict, dict, dict]:
         "points": {a: [list(p) for p in v] for a, v in points.items()},
         "grids": grids,
         "training": {
-            k: {"final_loss": v.get("final_loss"), "cached": v.get("cached")} for k, v in hist.items()
+            "train_seed": model_seed(cfg, seed),
+            **{k: {"final_loss": v.get("final_loss"), "cached": v.get("cached")} for k, v in hist.items()},
         },
         "performance": {"calibration_s": calib_s, **{f"merge_s_{a}": t for a, t in times.items()}},
         "wall_s": time.perf_counter() - start,

@@ -52,9 +52,11 @@ def _edit_round(model, world, cfg, edit_subj, rng, C0_batches) -> dict[str, Any]
             [BOS_ID] + [prng.choice(world.lang[lang]["fillers"]) for _ in range(k % 4)]
             for k in range(cfg["n_prefix"])
         ]
+    reqs_old = []  # the language-B prompts with the *old* object as target: does B still answer the old fact
     for s, r, new in edit_subj:
         reqs_src.append(world.request("A", s, r, new))
         reqs_tgt.append(world.request("B", s, r, new))
+        reqs_old.append(world.request("B", s, r, None))
 
     def nob(rq):  # the requests without their BOS token
         return [TokenizedRequest(q.prompt_ids[1:], q.subject_last - 1, q.target_ids, q.truth_ids) for q in rq]
@@ -85,25 +87,27 @@ def _edit_round(model, world, cfg, edit_subj, rng, C0_batches) -> dict[str, Any]
         try:
             src = edit_metrics(model, [reqs_src[i] for i in idx])["success"]
             tgt = edit_metrics(model, [reqs_tgt[i] for i in idx])["success"]
+            old = edit_metrics(model, [reqs_old[i] for i in idx])["success"]
             loc = (top1_next_tokens(model, unrelated) == base_top).double().mean()
         finally:
             for h in reversed(handles):
                 h.revert()
-        return src, tgt, float(loc)
+        return src, tgt, float(loc), old
 
     n = len(reqs_src)
     for editor in EDITORS:
         t0 = time.perf_counter()
         if editor == "rome":
-            srcs, tgts, locs, decs = [], [], [], []
+            srcs, tgts, locs, olds, decs = [], [], [], [], []
             for i in range(n):
                 u = rome_update(K_s[:, i], R_s[:, i], C0)
-                s_, t_, l_ = measure([u], [i])
+                s_, t_, l_, o_ = measure([u], [i])
                 srcs.append(s_)
                 tgts.append(t_)
                 locs.append(l_)
+                olds.append(o_)
                 decs.append(decompose_gaps(u, K_s[:, i : i + 1], K_t[:, i : i + 1], R_t[:, i : i + 1], C0))
-            src, tgt, loc = torch.cat(srcs), torch.cat(tgts), float(np.mean(locs))
+            src, tgt, loc, old = torch.cat(srcs), torch.cat(tgts), float(np.mean(locs)), torch.cat(olds)
             dec = {
                 f: torch.cat([getattr(d, f) for d in decs])
                 for f in ("alpha", "cos_C", "f_orth", "rel_residual_mismatch", "identity_error")
@@ -115,17 +119,17 @@ def _edit_round(model, world, cfg, edit_subj, rng, C0_batches) -> dict[str, Any]
                 tried = []
                 for lam in sorted(cfg["lam_grid"], reverse=True):
                     u = memit_update(K_s, R_s, C0, lam=lam)
-                    src, tgt, loc = measure([u], list(range(n)))
-                    tried.append((float(src.mean()), lam, u, src, tgt, loc))
+                    src, tgt, loc, old = measure([u], list(range(n)))
+                    tried.append((float(src.mean()), lam, u, src, tgt, loc, old))
                     if src.mean() >= 0.9:
                         break
-                eff_best, lam, u, src, tgt, loc = max(
+                eff_best, lam, u, src, tgt, loc, old = max(
                     tried, key=lambda t: (t[0] >= 0.9, t[0] if t[0] < 0.9 else t[1])
                 )
                 out["memit_lam"] = lam
             else:
                 u = alphaedit_update(K_s, R_s, P=P, l2=cfg["alpha_l2"])
-                src, tgt, loc = measure([u], list(range(n)))
+                src, tgt, loc, old = measure([u], list(range(n)))
             d = decompose_gaps(u, K_s, K_t, R_t, C0)
             dec = {
                 f: getattr(d, f)
@@ -148,11 +152,12 @@ def _edit_round(model, world, cfg, edit_subj, rng, C0_batches) -> dict[str, Any]
                 )
                 for name, target in (("oracle_correction", R_t), ("predicted_correction", R_hat)):
                     corr = memit_update(K_t, target - u.delta_W @ K_t, C0, lam=out["memit_lam"])
-                    _, t2, _ = measure([u, corr], list(range(n)))
+                    _, t2, _, _ = measure([u, corr], list(range(n)))
                     out[name] = float(t2.mean())
         out[editor] = {
             "efficacy": float(src.mean()),
             "transfer": float(tgt.mean()),
+            "target_old_kept": float(old.mean()),
             "locality": loc,
             "alpha": float(dec["alpha"].mean()),
             "cos_C": float(dec["cos_C"].mean()),
