@@ -372,28 +372,46 @@ def test_c5_stops_right_after_the_verified_answer(lm):
     assert ctrl.intervention_counts()[0] == {"overrun": 1}
 
 
-def test_c3_prevents_an_exact_repeat_of_the_looped_step(lm):
+def _driven(lm, ctrl, prompt, script, max_new=40):
+    """Greedy ControlledGenerator run of one prompt with the script bias before the controller."""
+    x = torch.tensor([prompt])
+    gen = ControlledGenerator(lm, ctrl, max_new_tokens=max_new)
+    out, log = gen.generate(
+        x, temperature=0.0, logits_processor=[_Script(script, len(prompt))], pad_token_id=TASK.pad
+    )
+    return out[0].tolist(), log[0], gen
+
+
+def _steps(cot):
+    return [tuple(cot[s:e]) for s, e in SEG.split(cot)]
+
+
+def test_c3_rolls_back_to_the_loop_start_and_prevents_an_exact_repeat(lm):
     ref = _one_state_ref(lm)
     prompt = [BOS_ID, *TASK.encode("Q 1 + 2 ? ;")]
+    looped = tuple(TASK.encode("S 1 + 2 = 3 ;"))
     script = TASK.encode(" ".join(["S 1 + 2 = 3 ;"] * 6))
     plain = _gen(lm, prompt, [_Script(script, len(prompt))], max_new=42)
-    plain_steps = [tuple(plain[len(prompt) :][s:e]) for s, e in SEG.split(plain[len(prompt) :])]
-    assert plain_steps.count(tuple(TASK.encode("S 1 + 2 = 3 ;"))) == 6
+    assert _steps(plain[len(prompt) :]).count(looped) == 6
     with PathologyController(
         lm, ref, SEG, TASK.extract_answer, TASK.eos, thresholds={Pathology.LOOPING: None}
     ) as ctrl:
-        out = _gen(lm, prompt, [_Script(script, len(prompt)), ctrl], max_new=42)
-    assert out[: len(prompt)] == prompt
-    cot = out[len(prompt) :]
-    steps = [tuple(cot[s:e]) for s, e in SEG.split(cot)]
-    looped = tuple(TASK.encode("S 1 + 2 = 3 ;"))
-    onset = next(i for i, s in enumerate(ctrl.logs()[0]) if s["pathology"] == "looping")
-    first_fire = ctrl.logs()[0][onset]["step"]
-    assert steps[:first_fire] == [looped] * first_fire
-    assert looped not in steps[first_fire:]
+        out, log, gen = _driven(lm, ctrl, prompt, script, max_new=42)
+    assert out[: len(prompt)] == prompt  # rollbacks never delete prompt tokens
+    cot = [t for t in out[len(prompt) :] if t != TASK.pad]
+    rb = [a for a in log["actions"] if a["action"] == "rollback"]
+    assert rb and rb[0]["pathology"] == "looping"
+    # one state: the unigram run of 3 closes at step 2 and the loop starts there (the detector's onset)
+    assert rb[0]["step"] == 2 and rb[0]["to_step"] == 2
+    assert log["rollbacks"] == len(rb) >= 1 and log["discarded_tokens"] >= len(looped)
+    assert gen.rounds == 1 + len(rb)
+    steps = _steps(cot)
+    to = rb[0]["to_step"]
+    assert steps[:to] == [looped] * to  # the steps before the loop start are kept
+    assert looped not in steps[to:]  # the rolled-back step is resampled and never repeats exactly
 
 
-def test_c1_bans_the_answer_marker_before_two_derivations(lm):
+def test_c1_rolls_back_the_premature_answer_and_bans_the_marker(lm):
     ref = _one_state_ref(lm)
     prompt = [BOS_ID, *TASK.encode("Q 1 + 2 ? ;")]
     script = TASK.encode("A 3 ; S 1 + 2 = 3 ; A 3 ;")
@@ -406,9 +424,99 @@ def test_c1_bans_the_answer_marker_before_two_derivations(lm):
         thresholds={Pathology.PREMATURE_COMMITMENT: 1.0},
         answer_marker_ids=[TASK.answer_marker],
     ) as ctrl:
-        out = _gen(lm, prompt, [_Script(script, len(prompt)), ctrl], max_new=12)
-    assert out[len(prompt)] != TASK.answer_marker
-    assert ctrl.intervention_counts()[0].get("premature_commitment", 0) >= 1
+        out, log, _ = _driven(lm, ctrl, prompt, script, max_new=16)
+    assert out[: len(prompt)] == prompt
+    rb = [a for a in log["actions"] if a["action"] == "rollback"]
+    assert rb[0] == {"step": 0, "pathology": "premature_commitment", "action": "rollback", "to_step": 0}
+    assert log["discarded_tokens"] >= 3  # "A 3 ;" (+ the token sampled after it) was removed
+    cot = [t for t in out[len(prompt) :] if t != TASK.pad]
+    steps = _steps(cot)
+    # the marker is banned for the next m_min = 2 steps after the rollback
+    assert all(st[0] != TASK.answer_marker for st in steps[:2])
+    assert log["interventions"]["premature_commitment"] == len(rb)
+
+
+def test_c2_rolls_back_to_the_detector_onset_and_resamples_sharper(lm, monkeypatch):
+    import neurips26.agents.cot_pathology.controllers as ctl
+    from neurips26.agents.cot_pathology.detectors import DetectorResult
+
+    ref = _one_state_ref(lm)
+    prompt = [BOS_ID, *TASK.encode("Q 1 + 2 + 1 - 1 ? ;")]
+    script = TASK.encode("S 1 + 2 = 3 ; S 3 + 1 = 4 ; S 4 - 1 = 3 ; A 3 ;")
+    calls = []
+
+    def fake_detect(traj, p, *args, **kw):  # fires once three steps are closed, onset step 1
+        calls.append(len(traj))
+        fired = p == Pathology.UNSTABLE_BRANCHING and len(traj) == 3
+        return DetectorResult(fired, 1 if fired else None, 1.0 if fired else 0.0)
+
+    monkeypatch.setattr(ctl, "detect", fake_detect)
+    with PathologyController(
+        lm,
+        ref,
+        SEG,
+        TASK.extract_answer,
+        TASK.eos,
+        thresholds={Pathology.UNSTABLE_BRANCHING: None},
+        max_interventions=1,
+    ) as ctrl:
+        out, log, gen = _driven(lm, ctrl, prompt, script, max_new=30)
+    rb = [a for a in log["actions"] if a["action"] == "rollback"]
+    assert rb == [{"step": 2, "pathology": "unstable_branching", "action": "rollback", "to_step": 1}]
+    assert gen.rounds == 2 and 3 in calls
+    cot = [t for t in out[len(prompt) :] if t != TASK.pad]
+    # step 0 kept; steps 1 and 2 (and the token after) discarded, then resampled
+    assert _steps(cot)[0] == tuple(TASK.encode("S 1 + 2 = 3 ;"))
+    assert log["discarded_tokens"] == 2 * len(TASK.encode("S 3 + 1 = 4 ;")) + 1
+
+
+def test_rollback_needs_the_step_loop(lm):
+    ref = _one_state_ref(lm)
+    prompt = [BOS_ID, *TASK.encode("Q 1 + 2 ? ;")]
+    script = TASK.encode(" ".join(["S 1 + 2 = 3 ;"] * 6))
+    with PathologyController(
+        lm, ref, SEG, TASK.extract_answer, TASK.eos, thresholds={"looping": None}
+    ) as ctrl:
+        with pytest.raises(RuntimeError, match="ControlledGenerator"):
+            _gen(lm, prompt, [_Script(script, len(prompt)), ctrl], max_new=42)
+
+
+def test_controlled_generation_keeps_prompts_and_plain_rows(lm):
+    """Sampled batch with every controller: prompts intact (left padding too), budgets held, and with
+    every threshold at inf the step loop is token-identical to plain generate."""
+    ref, _, prompts, _ = _fitted_on_task(lm)
+    width = max(len(p) for p in prompts[:4])
+    x = torch.tensor([[TASK.pad] * (width - len(p)) + p for p in prompts[:4]])
+    m = (torch.arange(width)[None] >= torch.tensor([width - len(p) for p in prompts[:4]])[:, None]).long()
+    with PathologyController(
+        lm, ref, SEG, TASK.extract_answer, TASK.eos, answer_marker_ids=[TASK.answer_marker]
+    ) as ctrl:
+        gen = ControlledGenerator(lm, ctrl, max_new_tokens=20)
+        out, log = gen.generate(x, m, temperature=1.0, seed=1, pad_token_id=TASK.pad)
+        again, _ = gen.generate(x, m, temperature=1.0, seed=1, pad_token_id=TASK.pad)
+    assert torch.equal(out, again)  # same kernel: same seed, same calls
+    assert torch.equal(out[:, :width], x)  # same kernel: prompt tokens copied
+    ids = gen.generate_ids(x, m, temperature=1.0, seed=1, pad_token_id=TASK.pad)
+    assert all(len(g) <= 20 for g in ids)
+    with PathologyController(
+        lm, ref, SEG, TASK.extract_answer, TASK.eos, thresholds={p: math.inf for p in Pathology}
+    ) as ctrl:
+        ids = ControlledGenerator(lm, ctrl, max_new_tokens=20).generate_ids(
+            x, m, temperature=0.0, pad_token_id=TASK.pad
+        )
+    with torch.no_grad():
+        plain = lm.generate(
+            input_ids=x,
+            attention_mask=m,
+            max_new_tokens=20,
+            do_sample=False,
+            eos_token_id=TASK.eos,
+            pad_token_id=TASK.pad,
+        )
+    for i, g in enumerate(ids):
+        row = plain[i, width:].tolist()
+        row = row[: row.index(TASK.eos) + 1] if TASK.eos in row else row
+        assert g == row  # same kernel: the first round is one plain generate call on the same batch
 
 
 def test_random_timing_is_reproducible(lm):
@@ -417,28 +525,20 @@ def test_random_timing_is_reproducible(lm):
     sched_b = random_schedule([{"overrun": 1, "looping": 1}] * 2, 4, torch.Generator().manual_seed(5))
     assert sched_a == sched_b
     x = torch.tensor([p[:8] for p in prompts[:2]])
-    outs = []
+    outs, logs = [], []
     for _ in range(2):
-        with (
-            PathologyController(
-                lm, ref, SEG, TASK.extract_answer, TASK.eos, timing="random", schedule=sched_a
-            ) as ctrl,
-            torch.no_grad(),
-        ):
-            torch.manual_seed(0)
-            outs.append(
-                lm.generate(
-                    input_ids=x,
-                    attention_mask=torch.ones_like(x),
-                    max_new_tokens=25,
-                    do_sample=True,
-                    top_k=0,
-                    logits_processor=LogitsProcessorList([ctrl]),
-                    eos_token_id=TASK.eos,
-                    pad_token_id=TASK.pad,
-                )
-            )
-    assert torch.equal(outs[0], outs[1])
+        with PathologyController(
+            lm, ref, SEG, TASK.extract_answer, TASK.eos, timing="random", schedule=sched_a
+        ) as ctrl:
+            out, log = ControlledGenerator(lm, ctrl, max_new_tokens=25).generate(x, temperature=1.0, seed=0)
+        outs.append(out)
+        logs.append(log)
+    assert torch.equal(outs[0], outs[1])  # same kernel
+    for row, sched in zip(logs[0], sched_a):
+        # each scheduled looping step rolls back once (a rolled-back step index does not fire again)
+        rb = [a for a in row["actions"] if a["action"] == "rollback"]
+        assert all(a["to_step"] == a["step"] and a["step"] in sched[Pathology.LOOPING] for a in rb)
+        assert len(rb) <= len(sched[Pathology.LOOPING])
     with pytest.raises(TypeError, match="generator"):
         random_schedule([{}], 3, 0)
 
@@ -511,7 +611,8 @@ def test_controlled_generator_wraps_generate(lm):
         a, log = gen.generate(prompt, temperature=1.0, seed=3)
         b, _ = gen.generate(prompt, temperature=1.0, seed=3)
     assert torch.equal(a, b) and torch.equal(a[:, : prompt.shape[1]], prompt)  # same kernel
-    assert len(log) == 1 and set(log[0]) == {"trajectory", "interventions", "actions"}
+    assert len(log) == 1
+    assert set(log[0]) == {"trajectory", "interventions", "actions", "rollbacks", "discarded_tokens"}
     with pytest.raises(ValueError, match="input_ids"):
         gen.generate(prompt[0])
     with pytest.raises(TypeError, match="controller"):

@@ -3,6 +3,8 @@ determinism, glossary, plot): test_conformance.py."""
 
 import math
 
+import torch
+
 from neurips26.claims.cot_pathology import CLAIM, CONFIGS, LOOP_ARMS, METHOD
 
 
@@ -35,3 +37,46 @@ def test_claim_declares_headlines_and_premises():
     assert all(h.untested or set(h.criteria) <= labels for h in CLAIM.headlines)
     assert CONFIGS["full"]["smollm_problems"] > 0 and CONFIGS["quick"]["smollm_problems"] == 0
     assert CONFIGS["full"]["smollm_seeds"] == (0,)
+
+
+def test_judged_closed_loop_rolls_back(monkeypatch):
+    """Issue 35 item 7: the judged arm runs the step loop, and C1-C3 roll back generated steps in it
+    (a spy on PathologyController._rollback sees every rollback the claim reports)."""
+    import neurips26.agents.cot_pathology.controllers as ctl
+    from neurips26.claims.cot_pathology import run
+
+    calls = []
+    original = ctl.PathologyController._rollback
+
+    def spy(self, r):
+        row = self.rows[r]
+        calls.append((self.timing, row.pending["to_step"], len(row.tokens)))
+        cut = original(self, r)
+        assert cut <= calls[-1][2] and len(row.tokens) == cut  # tokens really removed, prompt untouched
+        return cut
+
+    monkeypatch.setattr(ctl.PathologyController, "_rollback", spy)
+    res = run(CONFIGS["smoke"], 0)
+    rb = res.info["closed_loop"]["rollbacks"]
+    assert rb[METHOD]["rollbacks"] > 0 and rb[METHOD]["discarded_tokens"] > 0
+    # every rollback of the run is accounted for: the closed-loop arms plus the greedy timing run
+    assert (
+        len(calls)
+        == sum(v["rollbacks"] for v in rb.values()) + res.info["performance"]["controllers_rollbacks"]
+    )
+    assert set(rb) == {METHOD, "g3_random", *(a for a in LOOP_ARMS if a.startswith("c"))}
+    detector_timed = sum(v["rollbacks"] for arm, v in rb.items() if arm != "g3_random")
+    perf = res.info["performance"]["controllers_rollbacks"]
+    assert sum(t == "detector" for t, _, _ in calls) == detector_timed + perf
+
+
+def test_each_seed_trains_its_own_model(smoke_result):
+    """Issue 32 item 7: the trained model is seed-specific (model seed = model_seed + seed)."""
+    from neurips26.claims.cot_pathology import _load_model, _model_seed
+
+    a = smoke_result("cot_pathology")
+    assert a["info"][0]["train"]["model_seed"] == _model_seed(CONFIGS["smoke"], a["seeds"][0])
+    m0, _, _ = _load_model(CONFIGS["smoke"], 0)
+    m1, _, _ = _load_model(CONFIGS["smoke"], 1)
+    w0, w1 = m0.state_dict(), m1.state_dict()
+    assert any(not torch.allclose(w0[k], w1[k]) for k in w0)  # different training runs

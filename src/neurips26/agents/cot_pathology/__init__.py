@@ -15,8 +15,9 @@ Modules
 * :mod:`.detectors` -- the six transition-grounded detection predicates (:data:`DETECTORS`,
   :func:`detect`, :func:`detect_all`) and the surface n-gram baseline.
 * :mod:`.controllers` -- matched inference-time controllers as a ``transformers``
-  ``LogitsProcessor`` (:class:`PathologyController`), the generic controls and the answer-regex
-  ``StoppingCriteria`` baseline.
+  ``LogitsProcessor`` (:class:`PathologyController`) driven by the step-level generation loop
+  :class:`ControlledGenerator`, which performs the C1-C3 rollbacks (cut to the last good step,
+  resample); the generic controls and the answer-regex ``StoppingCriteria`` baseline.
 * :mod:`.surgery` -- controlled surgery (:func:`inject`), AUROC/onset evaluation and the
   counterfactual transition-vs-emission flip rates.
 * :mod:`.synthetic` -- the generated arithmetic chains of thought used by the claim check.

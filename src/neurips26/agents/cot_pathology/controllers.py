@@ -1,28 +1,38 @@
 """Matched inference-time controllers and generic controls, as ``transformers`` generation hooks.
 
-The controllers are one :class:`transformers.LogitsProcessor` (:class:`PathologyController`) that
-drops into ``model.generate(..., logits_processor=LogitsProcessorList([ctrl]))``. While the model
-decodes, a forward hook on decoder layer ``L`` taps the hidden state of every generated token; when a
-step delimiter arrives the step is closed (embedding = mean hidden state, uncertainty = mean
-next-token entropy of the raw logits, answer from the extractor), quantised into a latent state, and
-the detectors run on the trajectory so far. A firing rule changes the next-token logits:
+The controllers are one :class:`transformers.LogitsProcessor` (:class:`PathologyController`) driven
+by a step-level generation loop (:class:`ControlledGenerator`). While the model decodes, a forward
+hook on decoder layer ``L`` taps the hidden state of every generated token; when a step delimiter
+arrives the step is closed (embedding = mean hidden state, uncertainty = mean next-token entropy of
+the raw logits, answer from the extractor), quantised into a latent state, and the detectors run on
+the trajectory so far. A firing rule either edits the next-token logits or rolls back:
 
 ================  ==========================================================================
-controller        action (logits only: a processor cannot delete tokens already emitted)
+controller        action
 ================  ==========================================================================
-C1 premature      while ``m_min - D >= threshold`` and no answer yet, ban the answer marker
-C2 branching      sharpen the next ``cool_steps`` steps: logits / ``temperature_factor``
-C3 looping        ban the first ``loop_ban_ngram`` tokens of the looped steps as a step prefix,
-                  so the looped step cannot be emitted again
+C1 premature      an answer step closed with ``m_min - D >= threshold``: **roll back** that
+                  step, ban the answer marker for the next ``m_min`` steps, force the cue
+C2 branching      **roll back** to the first surprising step (the detector's onset) and
+                  resample that step with logits / ``temperature_factor``
+C3 looping        **roll back** to the loop start (the detector's onset) and ban the first
+                  ``loop_ban_ngram`` tokens of each step of the repeated block as a step
+                  prefix, so the looped step cannot be emitted again; resample
 C4 drift          force the re-anchoring cue ``cue_ids`` and sharpen the next ``cool_steps`` steps
 C5 overrun        after a supported answer with ``post_steps >= threshold``: force EOS
 C6 reversal       a new answer step after a supported one is forced to repeat the earliest
                   supported answer; EOS before any answer is banned (abandonment)
 ================  ==========================================================================
 
-Rollbacks of the spec (C1-C3 "roll back and resample") become prevention: the step that would
-repeat or commit early is never emitted. With every threshold at ``inf`` the processor returns the
-scores unchanged, so ``generate`` is token-identical to plain decoding.
+A rollback cannot happen inside one ``generate`` call (a logits processor cannot delete tokens),
+so the processor marks the row, its stopping criterion (:attr:`PathologyController.stopping_criteria`)
+ends that row at the next token, and :class:`ControlledGenerator` truncates the row's generated
+tokens (and the controller's trajectory, hidden states and entropies) to the start of the rolled-back
+step, applies the controller's bans / temperature / cue, and calls ``generate`` again on the rolled-back
+rows (left-padded) until every row has ended (EOS or its token budget). Prompt tokens are never
+removed. Rows that are never rolled back see exactly the tokens of a single ``generate`` call. With
+every threshold at ``inf`` the processor returns the scores unchanged, so ``generate`` is
+token-identical to plain decoding. Used as a bare processor inside ``model.generate`` (no
+:class:`ControlledGenerator`), a controller that would roll back raises ``RuntimeError``.
 
 Generic controls: a max-token budget (``max_new_tokens``), ``transformers``'
 ``NoRepeatNGramLogitsProcessor`` / ``RepetitionPenaltyLogitsProcessor`` (always on), random-time
@@ -119,8 +129,12 @@ class _Row:
     done: bool = False
     forced: list[int] = field(default_factory=list)
     banned_prefixes: list[tuple[int, ...]] = field(default_factory=list)
-    ban_marker_step: bool = False
+    ban_marker_left: int = 0
     cool_left: int = 0
+    pending: dict[str, Any] | None = None
+    rollbacks: int = 0
+    discarded: int = 0
+    used: set = field(default_factory=set)  # (pathology, step) of random-timed actions already taken
     counts: Counter = field(default_factory=Counter)
     log: list[dict[str, Any]] = field(default_factory=list)
 
@@ -220,6 +234,11 @@ class PathologyController(LogitsProcessor):
         self.model = model
         self.tap = HiddenTap(model, state_model.layer)
         self.rows: list[_Row] = []
+        self._batch: list[_Row] = []
+        self._batch_index: list[int] = []
+        self._driven = False
+        self._round_start = False
+        self.stopping_criteria = _RollbackStop(self)
         self._last_len: int | None = None
         self._last_col: torch.Tensor | None = None
         self._prev_ent: torch.Tensor | None = None
@@ -250,46 +269,127 @@ class PathologyController(LogitsProcessor):
     def logs(self) -> list[list[dict[str, Any]]]:
         return [list(r.log) for r in self.rows]
 
+    def rollback_counts(self) -> list[dict[str, int]]:
+        """Per row: ``{"rollbacks": n, "discarded_tokens": m}`` of the last driven generation."""
+        return [{"rollbacks": r.rollbacks, "discarded_tokens": r.discarded} for r in self.rows]
+
+    # ------------------------------------------------------------------ rollback (ControlledGenerator)
+    def _begin(self, n_rows: int) -> None:
+        """Start a driven generation of ``n_rows`` fresh rows (rollbacks allowed)."""
+        self.rows = [_Row() for _ in range(n_rows)]
+        self._driven, self._batch, self._batch_index = True, [], []
+        if self.schedule and len(self.schedule) != n_rows:
+            raise ValueError(f"schedule has {len(self.schedule)} rows but the batch has {n_rows}")
+
+    def _end(self) -> None:
+        self._driven = False
+        self._round_start = False
+        self._batch = []
+
+    def _round(self, row_indices: Sequence[int]) -> None:
+        """The next ``generate`` call decodes ``rows[row_indices]`` (in this batch order)."""
+        self._batch = [self.rows[r] for r in row_indices]
+        self._batch_index = list(row_indices)
+        self._round_start = True
+
+    def _rollback(self, r: int) -> int:
+        """Apply row ``r``'s pending rollback; returns the number of generated tokens to keep."""
+        row = self.rows[r]
+        pend = row.pending
+        if pend is None:
+            raise RuntimeError(f"row {r} has no pending rollback")
+        to = pend["to_step"]
+        cut = row.spans[to][0]
+        row.discarded += len(row.tokens) + 1 - cut  # + the token sampled after the closing delimiter
+        del row.tokens[cut:], row.hidden[cut:], row.ent[cut:]
+        del row.states[to:], row.unc[to:], row.answers[to:], row.spans[to:]
+        row.start = cut
+        row.done, row.pending = False, None
+        row.forced = list(pend["forced"])
+        row.ban_marker_left = pend["ban_marker_steps"]
+        row.cool_left = pend["cool_steps"]
+        for seq in pend["ban_prefixes"]:
+            if seq not in row.banned_prefixes:
+                row.banned_prefixes.append(seq)
+        row.rollbacks += 1
+        return cut
+
+    def _request_rollback(self, i: int, p: Pathology, to_step: int) -> None:
+        row = self._batch[i]
+        if not self._driven:
+            raise RuntimeError(
+                f"the {p.value} controller rolls back generated steps: generate through ControlledGenerator "
+                "(a bare LogitsProcessor cannot delete tokens)"
+            )
+        step = len(row.states) - 1
+        to_step = min(max(0, int(to_step)), step)
+        pend: dict[str, Any] = {
+            "to_step": to_step,
+            "forced": [],
+            "ban_marker_steps": 0,
+            "cool_steps": 0,
+            "ban_prefixes": [],
+        }
+        if p == Pathology.PREMATURE_COMMITMENT:
+            pend["ban_marker_steps"] = self.config.m_min
+            pend["forced"] = list(self.cue)
+        elif p == Pathology.UNSTABLE_BRANCHING:
+            pend["cool_steps"] = 1  # resample the branch step at temperature x factor
+        else:
+            for s, e in row.spans[to_step:]:
+                seq = tuple(row.tokens[s:e][: self.loop_ban_ngram])
+                if seq and seq not in pend["ban_prefixes"]:
+                    pend["ban_prefixes"].append(seq)
+        row.pending = pend
+        row.done = True  # the stopping criterion ends this row; ControlledGenerator resumes it
+        row.counts[p] += 1
+        row.log.append({"step": step, "pathology": p.value, "action": "rollback", "to_step": to_step})
+
     # ------------------------------------------------------------------ processor
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         b, t = input_ids.shape
-        new = (
-            self._last_len is None
-            or t != self._last_len + 1
-            or len(self.rows) != b
-            or not torch.equal(input_ids[:, -2], self._last_col)
-        )
-        self._last_len, self._last_col = t, input_ids[:, -1].clone()
-        if new:
-            self.rows = [_Row() for _ in range(b)]
-            if self.schedule and len(self.schedule) != b:
-                raise ValueError(f"schedule has {len(self.schedule)} rows but the batch has {b}")
-            for i in range(b):
-                self._on_step_start(i)
+        if self._round_start:  # first call of a driven round: every last input token is already recorded
+            self._round_start = False
+            if len(self._batch) != b:
+                raise RuntimeError(f"the round holds {len(self._batch)} rows but the batch has {b}")
+            self._last_len, self._last_col = t, input_ids[:, -1].clone()
         else:
-            hid = self.tap.last
-            if hid is None or hid.shape[0] != b:
-                raise RuntimeError("the hidden-state hook saw no forward pass of this batch")
-            toks = input_ids[:, -1].tolist()
-            for i, row in enumerate(self.rows):
-                if row.done:
-                    continue
-                tok = toks[i]
-                if tok == self.eos:
-                    row.done = True
-                    self._close_step(i, final=True)
-                    continue
-                row.tokens.append(tok)
-                row.hidden.append(hid[i, -1].float())
-                row.ent.append(float(self._prev_ent[i]))
-                if tok in self.segmenter.delimiter_ids:
-                    self._close_step(i)
+            new = not self._driven and (
+                self._last_len is None
+                or t != self._last_len + 1
+                or len(self.rows) != b
+                or not torch.equal(input_ids[:, -2], self._last_col)
+            )
+            self._last_len, self._last_col = t, input_ids[:, -1].clone()
+            if new:
+                self.rows = [_Row() for _ in range(b)]
+                self._batch = self.rows
+                if self.schedule and len(self.schedule) != b:
+                    raise ValueError(f"schedule has {len(self.schedule)} rows but the batch has {b}")
+            else:
+                hid = self.tap.last
+                if hid is None or hid.shape[0] != b:
+                    raise RuntimeError("the hidden-state hook saw no forward pass of this batch")
+                toks = input_ids[:, -1].tolist()
+                for i, row in enumerate(self._batch):
+                    if row.done:
+                        continue
+                    tok = toks[i]
+                    if tok == self.eos:
+                        row.done = True
+                        self._close_step(i, final=True)
+                        continue
+                    row.tokens.append(tok)
+                    row.hidden.append(hid[i, -1].float())
+                    row.ent.append(float(self._prev_ent[i]))
+                    if tok in self.segmenter.delimiter_ids:
+                        self._close_step(i)
         logp = torch.log_softmax(scores.float(), dim=-1)
         self._prev_ent = -(logp.exp() * torch.nan_to_num(logp, neginf=0.0)).sum(-1)
         if not self.active:
             return scores
         out = scores.clone()
-        for i, row in enumerate(self.rows):
+        for i, row in enumerate(self._batch):
             if not row.done:
                 self._apply(i, row, out[i], logp[i])
         return out
@@ -302,11 +402,23 @@ class PathologyController(LogitsProcessor):
         res = detect(traj, p, self.ref, self.graph_aware, self.config, self.verifier)
         return (res.fired if thr is None else res.score >= thr), res
 
+    def _row_index(self, i: int) -> int:
+        return self._batch_index[i] if self._driven else i
+
     def _scheduled(self, i: int, p: Pathology, step: int) -> bool:
-        return self.timing == "random" and step in self.schedule[i].get(p, ())
+        return self.timing == "random" and step in self.schedule[self._row_index(i)].get(p, ())
+
+    def _take(self, i: int, p: Pathology, step: int) -> bool:
+        """Random timing at a step close: each scheduled (controller, step) acts once, even when a
+        rollback makes the step index come round again."""
+        row = self._batch[i]
+        if not self._scheduled(i, p, step) or (p, step) in row.used:
+            return False
+        row.used.add((p, step))
+        return True
 
     def _note(self, i: int, p: Pathology, action: str) -> None:
-        row = self.rows[i]
+        row = self._batch[i]
         row.counts[p] += 1
         row.log.append({"step": len(row.states), "pathology": p.value, "action": action})
 
@@ -326,7 +438,7 @@ class PathologyController(LogitsProcessor):
         return None
 
     def _close_step(self, i: int, final: bool = False) -> None:
-        row = self.rows[i]
+        row = self._batch[i]
         if row.start >= len(row.tokens):
             return
         step = row.tokens[row.start :]
@@ -340,60 +452,44 @@ class PathologyController(LogitsProcessor):
         row.start = len(row.tokens)
         if row.cool_left > 0:
             row.cool_left -= 1
+        if row.ban_marker_left > 0:
+            row.ban_marker_left -= 1
         if not final:
             self._on_step_closed(i)
-            self._on_step_start(i)
-
-    def _on_step_start(self, i: int) -> None:
-        row = self.rows[i]
-        row.ban_marker_step = False
-        p = Pathology.PREMATURE_COMMITMENT
-        if p not in self.thresholds or not self.marker:
-            return
-        n_steps = len(row.states)
-        if self.timing == "random":
-            if self._scheduled(i, p, n_steps):
-                row.ban_marker_step = True
-            return
-        thr = self.thresholds[p]
-        thr = 1.0 if thr is None else thr
-        if not math.isfinite(thr) or any(a is not None for a in row.answers):
-            return
-        derivations = sum(1 for s in row.states if s != ANSWER and not self.ref.is_restatement(s))
-        if self.config.m_min - derivations >= thr and row.counts[p] < self.max_interventions * 4:
-            row.ban_marker_step = True
 
     def _on_step_closed(self, i: int) -> None:
-        row = self.rows[i]
+        row = self._batch[i]
         traj = row.trajectory()
         step = len(traj) - 1
-        for p in (Pathology.LOOPING, Pathology.UNSTABLE_BRANCHING, Pathology.DRIFT):
+        # C1-C3 roll back (the first that fires wins); C4-C6 act on the logits
+        for p in (Pathology.PREMATURE_COMMITMENT, Pathology.LOOPING, Pathology.UNSTABLE_BRANCHING):
             if p not in self.thresholds or row.counts[p] >= self.max_interventions:
                 continue
-            if self.timing == "random":
-                fire, res = self._scheduled(i, p, step), None
-            else:
-                fire, res = self._fires(p, traj)
-            if not fire:
+            if self.timing == "random":  # g3: the same rollback at a scheduled step, whatever it holds
+                if self._take(i, p, step):
+                    self._request_rollback(i, p, step)
+                    return
                 continue
-            if p == Pathology.LOOPING:
-                first = res.onset if res is not None and res.onset is not None else step
-                for s, e in traj.spans[first:]:
-                    seq = tuple(row.tokens[s:e][: self.loop_ban_ngram])
-                    if seq and seq not in row.banned_prefixes:
-                        row.banned_prefixes.append(seq)
-                self._note(i, p, "ban_step_prefix")
-            elif p == Pathology.UNSTABLE_BRANCHING:
-                row.cool_left = self.cool_steps
-                self._note(i, p, "sharpen")
+            if p == Pathology.PREMATURE_COMMITMENT and (not self.marker or traj.answers[step] is None):
+                continue  # C1 rolls back the answer step that commits early, when it closes
+            fire, res = self._fires(p, traj)
+            if fire and res is not None and res.fired and res.onset is not None:
+                self._request_rollback(i, p, res.onset)
+                return
+        p = Pathology.DRIFT
+        if p in self.thresholds and row.counts[p] < self.max_interventions:
+            if self.timing == "random":
+                fire = self._take(i, p, step)
             else:
+                fire, _ = self._fires(p, traj)
+            if fire:
                 row.forced.extend(self.cue)
                 row.cool_left = self.cool_steps
                 self._note(i, p, "cue_and_sharpen")
         p = Pathology.OVERRUN
         if p in self.thresholds and row.counts[p] < 1:
             if self.timing == "random":
-                fire = self._scheduled(i, p, step)
+                fire = self._take(i, p, step)
             else:
                 thr = self.thresholds[p]
                 a = self._supported_answer(row)
@@ -412,15 +508,8 @@ class PathologyController(LogitsProcessor):
             return
         partial = row.tokens[row.start :]
         banned: set[int] = set()
-        if row.ban_marker_step and self.marker:
+        if row.ban_marker_left > 0 and self.marker:
             banned.update(self.marker)
-            noted = (
-                row.log
-                and row.log[-1]["pathology"] == "premature_commitment"
-                and row.log[-1]["step"] == len(row.states)
-            )
-            if not noted and float(logp[self.marker].exp().sum()) > 0.05:  # one intervention per step
-                self._note(i, Pathology.PREMATURE_COMMITMENT, "ban_answer_marker")
         k = len(partial)
         for seq in row.banned_prefixes:
             if len(seq) == k + 1 and tuple(partial) == seq[:k]:
@@ -460,6 +549,28 @@ class PathologyController(LogitsProcessor):
                 z[idx] = -math.inf
         if row.cool_left > 0:
             z.div_(self.factor)
+
+
+class _RollbackStop(StoppingCriteria):
+    """Ends the rows of a driven round that wait for a rollback (see :class:`ControlledGenerator`)."""
+
+    def __init__(self, controller: PathologyController):
+        self.controller = controller
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs) -> torch.BoolTensor:
+        rows = self.controller._batch
+        out = [rows[i].pending is not None if i < len(rows) else False for i in range(input_ids.shape[0])]
+        return torch.tensor(out, dtype=torch.bool, device=input_ids.device)
+
+
+class _RowBudget(StoppingCriteria):
+    """Ends row ``i`` once it generated ``remaining[i]`` tokens in this round."""
+
+    def __init__(self, prompt_width: int, remaining: Sequence[int]):
+        self.width, self.remaining = prompt_width, torch.tensor(list(remaining))
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs) -> torch.BoolTensor:
+        return (input_ids.shape[1] - self.width >= self.remaining).to(input_ids.device)
 
 
 def random_schedule(
@@ -574,7 +685,15 @@ class AnswerRegexStop(StoppingCriteria):
 
 
 class ControlledGenerator:
-    """Convenience wrapper: ``model.generate`` with a :class:`PathologyController` attached.
+    """Step-level generation loop: ``model.generate`` with a :class:`PathologyController`, and its rollbacks.
+
+    Each round calls ``model.generate`` on the rows still running, with the controller as logits
+    processor and its stopping criterion; a row the controller wants rolled back stops at the next
+    token, its generated tokens are cut to the start of the rolled-back step, and the next round
+    resumes it from there (left-padded with the other resumed rows). The token budget
+    ``max_new_tokens`` holds for the final trace of every row; the tokens discarded by rollbacks are
+    counted in the log (``discarded_tokens``). The number of rounds is bounded because each
+    controller rolls back at most ``max_interventions`` times per row.
 
     Parameters
     ----------
@@ -583,10 +702,11 @@ class ControlledGenerator:
         Built on the same ``model``.
     max_new_tokens : int
 
-    ``generate(input_ids, attention_mask=None, temperature=1.0, seed=None)`` returns
+    ``generate(input_ids, attention_mask=None, temperature=1.0, seed=None, ...)`` returns
     ``(sequences, log)`` where ``sequences`` has shape ``(B, T_prompt + T_new)`` (prompt tokens are
-    never changed) and ``log`` holds, per row, the latent trajectory, the intervention counts and the
-    list of actions.
+    never changed; rows end with EOS or ``pad_token_id`` padding) and ``log`` holds, per row, the
+    latent trajectory, the intervention counts, the list of actions, the number of rollbacks and of
+    discarded tokens. :meth:`generate_ids` returns the generated tokens of each row as lists.
     """
 
     def __init__(self, model, controller: PathologyController, max_new_tokens: int = 256):
@@ -596,6 +716,97 @@ class ControlledGenerator:
             raise ValueError("controller must be built on the same model")
         self.model, self.controller = model, controller
         self.max_new_tokens = check_int("max_new_tokens", max_new_tokens, low=1)
+        self.rounds = 0
+
+    @torch.no_grad()
+    def generate_ids(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        temperature: float = 1.0,
+        seed: int | None = None,
+        logits_processor: Sequence[LogitsProcessor] = (),
+        pad_token_id: int | None = None,
+    ) -> list[list[int]]:
+        """Generated tokens per row (EOS included when generated, no padding).
+
+        ``logits_processor`` runs before the controller (e.g. a bias); ``pad_token_id`` pads the
+        resumed rows on the left (default: the model's pad token, else EOS).
+        """
+        from transformers import LogitsProcessorList, StoppingCriteriaList
+
+        if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2:
+            raise ValueError("input_ids must be a (B, T) tensor of token ids")
+        temperature = check_float("temperature", temperature, low=0.0)
+        mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask
+        if not isinstance(mask, torch.Tensor) or mask.shape != input_ids.shape:
+            raise ValueError("attention_mask must be a tensor shaped like input_ids")
+        procs = list(logits_processor)
+        if not all(callable(p) for p in procs):
+            raise TypeError("logits_processor must hold callables (transformers LogitsProcessor)")
+        ctrl = self.controller
+        pad = pad_token_id if pad_token_id is not None else self.model.generation_config.pad_token_id
+        pad = ctrl.eos if pad is None else check_int("pad_token_id", pad, low=0)
+        kwargs: dict[str, Any] = (
+            {"do_sample": False}
+            if temperature == 0
+            else {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0}
+        )
+        b = input_ids.shape[0]
+        prompts = [input_ids[i][mask[i].bool()].tolist() for i in range(b)]
+        gen: list[list[int]] = [[] for _ in range(b)]
+        active = list(range(b))
+        self.rounds = 0
+        ctrl._begin(b)
+        try:
+            with torch.random.fork_rng(devices=[], enabled=seed is not None):
+                if seed is not None:
+                    torch.manual_seed(check_int("seed", seed, low=0))
+                first = True
+                while active:
+                    if first:  # the caller's batch as given (a row never rolled back sees plain generate)
+                        x, m = input_ids, mask
+                    else:
+                        seqs = [prompts[r] + gen[r] for r in active]
+                        width = max(map(len, seqs))
+                        x = torch.tensor([[pad] * (width - len(q)) + q for q in seqs])
+                        m = torch.tensor([[0] * (width - len(q)) + [1] * len(q) for q in seqs])
+                    remaining = [self.max_new_tokens - len(gen[r]) for r in active]
+                    ctrl._round(active)
+                    stops = [ctrl.stopping_criteria]
+                    if not first:
+                        stops.append(_RowBudget(x.shape[1], remaining))
+                    out = self.model.generate(
+                        input_ids=x,
+                        attention_mask=m,
+                        max_new_tokens=max(remaining),
+                        logits_processor=LogitsProcessorList([*procs, ctrl]),
+                        stopping_criteria=StoppingCriteriaList(stops),
+                        eos_token_id=ctrl.eos,
+                        pad_token_id=pad,
+                        **kwargs,
+                    )
+                    first = False
+                    self.rounds += 1
+                    resumed = []
+                    for k, r in enumerate(active):
+                        new = out[k, x.shape[1] :].tolist()
+                        if ctrl.rows[r].pending is not None:
+                            seen = len(ctrl.rows[r].tokens) - len(gen[r])
+                            if (gen[r] + new[:seen]) != ctrl.rows[r].tokens:
+                                raise RuntimeError("controller and generate disagree on the generated tokens")
+                            ctrl._rollback(r)
+                            gen[r] = list(ctrl.rows[r].tokens)  # cut to the start of the rolled-back step
+                            resumed.append(r)
+                        else:
+                            new = new[: remaining[k]]
+                            if ctrl.eos in new:
+                                new = new[: new.index(ctrl.eos) + 1]
+                            gen[r] = gen[r] + new
+                    active = resumed
+        finally:
+            ctrl._end()
+        return gen
 
     @torch.no_grad()
     def generate(
@@ -604,32 +815,20 @@ class ControlledGenerator:
         attention_mask: torch.Tensor | None = None,
         temperature: float = 1.0,
         seed: int | None = None,
+        logits_processor: Sequence[LogitsProcessor] = (),
+        pad_token_id: int | None = None,
     ) -> tuple[torch.Tensor, list[dict[str, Any]]]:
-        from transformers import LogitsProcessorList
-
-        if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2:
-            raise ValueError("input_ids must be a (B, T) tensor of token ids")
-        temperature = check_float("temperature", temperature, low=0.0)
-        kwargs: dict[str, Any] = (
-            {"do_sample": False}
-            if temperature == 0
-            else {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0}
-        )
-        mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask
-        with torch.random.fork_rng(devices=[]):
-            if seed is not None:
-                torch.manual_seed(check_int("seed", seed, low=0))
-            out = self.model.generate(
-                input_ids=input_ids,
-                attention_mask=mask,
-                max_new_tokens=self.max_new_tokens,
-                logits_processor=LogitsProcessorList([self.controller]),
-                eos_token_id=self.controller.eos,
-                **kwargs,
-            )
+        gen = self.generate_ids(input_ids, attention_mask, temperature, seed, logits_processor, pad_token_id)
         ctrl = self.controller
+        pad = pad_token_id if pad_token_id is not None else self.model.generation_config.pad_token_id
+        pad = ctrl.eos if pad is None else pad
+        width = max(map(len, gen))
+        tail = torch.tensor([g + [pad] * (width - len(g)) for g in gen], dtype=input_ids.dtype)
+        out = torch.cat([input_ids, tail.reshape(len(gen), width)], dim=1)
         log = [
-            {"trajectory": t, "interventions": c, "actions": a}
-            for t, c, a in zip(ctrl.trajectories(), ctrl.intervention_counts(), ctrl.logs())
+            {"trajectory": t, "interventions": c, "actions": a, **rb}
+            for t, c, a, rb in zip(
+                ctrl.trajectories(), ctrl.intervention_counts(), ctrl.logs(), ctrl.rollback_counts()
+            )
         ]
         return out, log

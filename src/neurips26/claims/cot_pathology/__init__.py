@@ -1,11 +1,11 @@
 """Claim check for "CoT pathology diagnostics" (NeurIPS 2026 seed paragraph beginning "Long
 chain-of-thought (CoT) reasoning in large"; paper not found, abstract only).
 
-Synthetic testbed (spec "Claim check at CPU scale"): a tiny Llama trained on generated multi-step
-arithmetic chains of thought (``Q 7 + 5 - 4 ? ; S 7 + 5 = 12 ; S 12 - 4 = 8 ; A 8 ;``; two surface
-forms per step; 20% of the training traces carry a natural pathology) is sampled at T = 1. Its clean
-traces fit the latent states (k-means over middle-layer step embeddings) and the reference
-transition model; then, per sampling seed,
+Synthetic testbed (spec "Claim check at CPU scale"): per seed, a tiny Llama is trained (its own
+model seed) on generated multi-step arithmetic chains of thought
+(``Q 7 + 5 - 4 ? ; S 7 + 5 = 12 ; S 12 - 4 = 8 ; A 8 ;``; two surface forms per step; 20% of the
+training traces carry a natural pathology) and sampled at T = 1. Its clean traces fit the latent
+states (k-means over middle-layer step embeddings) and the reference transition model; then
 
 (i) surgery: every clean evaluation trace gets each of the six pathologies injected at a known onset;
     AUROC of each detector's score (injected vs unmodified) and mean |onset error|, with and without
@@ -13,7 +13,8 @@ transition model; then, per sampling seed,
 (ii) counterfactual: emission edits (each step's surface swapped with its paraphrase with prob. 1/2)
     and transition edits (one derivation step replaced by a step of another latent state) on clean
     and loop-injected traces; flip rate of the latent loop detector vs the surface n-gram detector;
-(iii) closed loop: the same problems sampled with the six matched controllers (detector-timed) and
+(iii) closed loop: the same problems sampled with the six matched controllers (detector-timed; C1-C3
+    roll back and resample through the step loop ControlledGenerator) and
     with the generic controls (token budget, always-on no-repeat n-gram, the same interventions at
     random steps, a verify cue every 2 steps) and the answer-regex early stop.
 
@@ -37,6 +38,7 @@ import torch
 from neurips26.agents.cot_pathology import (
     ANSWER,
     AnswerRegexStop,
+    ControlledGenerator,
     LatentStateModel,
     Pathology,
     PathologyController,
@@ -70,6 +72,7 @@ SINGLE = {
     "c6_reversal": Pathology.REVERSAL,
 }
 REFERENCES = ("sample", "latent_no_graph", *SINGLE)
+_ROLLBACK = (Pathology.PREMATURE_COMMITMENT, Pathology.UNSTABLE_BRANCHING, Pathology.LOOPING)
 LOOP_ARMS = (METHOD, *GENERIC, "answer_regex", "sample", *SINGLE)
 
 
@@ -88,11 +91,16 @@ def _model_kwargs(cfg: dict) -> dict:
     )
 
 
-def _train(cfg: dict) -> dict:
+def _model_seed(cfg: dict, seed: int) -> int:
+    """Each evaluation seed trains its own model (issue 32 item 7): model seed = model_seed + seed."""
+    return cfg["model_seed"] + seed
+
+
+def _train(cfg: dict, model_seed: int) -> dict:
     task = _task(cfg)
-    model = build_tiny_lm("llama", vocab_size=task.vocab_size, seed=cfg["model_seed"], **_model_kwargs(cfg))
-    rng = random.Random(cfg["model_seed"])
-    torch.manual_seed(cfg["model_seed"])
+    model = build_tiny_lm("llama", vocab_size=task.vocab_size, seed=model_seed, **_model_kwargs(cfg))
+    rng = random.Random(model_seed)
+    torch.manual_seed(model_seed)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg["lr"], weight_decay=0.0)
     sched = torch.optim.lr_scheduler.OneCycleLR(
         opt, max_lr=cfg["lr"], total_steps=cfg["train_steps"], pct_start=0.1
@@ -110,7 +118,9 @@ def _train(cfg: dict) -> dict:
         width = max(map(len, seqs))
         x = torch.tensor([s + [task.pad] * (width - len(s)) for s in seqs])
         y = torch.tensor([s + [-100] * (width - len(s)) for s in labels])
-        loss = model(input_ids=x, attention_mask=(x != task.pad).long(), labels=y).loss
+        # right padding under a causal mask: no real token attends to a pad and pads carry no loss, so
+        # the padding mask changes nothing but costs half the forward time (HF builds a 4-D mask)
+        loss = model(input_ids=x, labels=y).loss
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -120,7 +130,7 @@ def _train(cfg: dict) -> dict:
     return {"state": {k: v.detach().clone() for k, v in model.state_dict().items()}, "losses": losses}
 
 
-def _load_model(cfg: dict):
+def _load_model(cfg: dict, seed: int):
     keys = (
         "max_value",
         "min_operands",
@@ -130,12 +140,13 @@ def _load_model(cfg: dict):
         "train_steps",
         "batch",
         "lr",
-        "model_seed",
         "pathology_prob",
     )
-    entry = cached_object("cot-pathology-lm", {**{k: cfg[k] for k in keys}, "v": 1}, lambda: _train(cfg))
+    ms = _model_seed(cfg, seed)
+    key = {**{k: cfg[k] for k in keys}, "model_seed": ms, "v": 2}
+    entry = cached_object("cot-pathology-lm", key, lambda: _train(cfg, ms))
     task = _task(cfg)
-    model = build_tiny_lm("llama", vocab_size=task.vocab_size, seed=cfg["model_seed"], **_model_kwargs(cfg))
+    model = build_tiny_lm("llama", vocab_size=task.vocab_size, seed=ms, **_model_kwargs(cfg))
     model.load_state_dict(entry["state"])
     model.eval()
     return model, task, entry["losses"]
@@ -148,7 +159,9 @@ def _generate(
     """Sample a chain of thought per problem; prompts of equal length are batched together.
 
     ``make(rows, prompt_len) -> (logits_processors, stopping_criteria, handle)``; the handles are
-    returned per group (for intervention counts).
+    returned per group (for intervention counts). A :class:`PathologyController` among the processors
+    is driven by :class:`ControlledGenerator` (the step loop that rolls back C1-C3 steps); the other
+    processors run before it.
     """
     from transformers import LogitsProcessorList, StoppingCriteriaList
 
@@ -163,6 +176,21 @@ def _generate(
             rows = groups[k]
             x = torch.tensor([[BOS_ID, *task.prompt(problems[i])] for i in rows])
             procs, stops, handle = make(rows, x.shape[1]) if make else ([], [], None)
+            ctrl = [p for p in procs if isinstance(p, PathologyController)]
+            if ctrl:
+                if stops or len(ctrl) > 1:
+                    raise ValueError(
+                        "a PathologyController runs alone in its step loop (no stopping criteria)"
+                    )
+                loop = ControlledGenerator(model, ctrl[0], max_new)
+                rest = [p for p in procs if p is not ctrl[0]]
+                gen_ids = loop.generate_ids(
+                    x, temperature=0.0 if greedy else 1.0, logits_processor=rest, pad_token_id=task.pad
+                )
+                for r, i in enumerate(rows):
+                    out[i] = gen_ids[r]
+                handles.append((rows, handle))
+                continue
             kwargs = (
                 dict(do_sample=False) if greedy else dict(do_sample=True, temperature=1.0, top_k=0, top_p=1.0)
             )
@@ -208,7 +236,7 @@ def run(cfg: dict, seed: int) -> SeedResult:
 
 def _run_inner(cfg: dict, seed: int) -> SeedResult:
     t_start = time.perf_counter()
-    model, task, losses = _load_model(cfg)
+    model, task, losses = _load_model(cfg, seed)
     seg = StepSegmenter([task.delimiter])
     timing: dict[str, float] = {"train_or_load_s": time.perf_counter() - t_start}
 
@@ -354,25 +382,38 @@ def _run_inner(cfg: dict, seed: int) -> SeedResult:
 
         return make
 
-    def run_arm(make, max_new=cfg["max_new_tokens"]):
+    rollbacks: dict[str, dict[str, Any]] = {}  # per controller arm: the rollbacks the step loop made
+
+    def run_arm(make, max_new=cfg["max_new_tokens"], arm=None):
         outs, handles = _generate(model, task, probs, 40_000 + seed, max_new, make)
-        for _, h in handles:
-            if isinstance(h, PathologyController):
-                h.remove()
+        ctrls = [h for _, h in handles if isinstance(h, PathologyController)]
+        for h in ctrls:
+            h.remove()
+        if ctrls:
+            rb = [c for h in ctrls for c in h.rollback_counts()]
+            acts = [a for h in ctrls for row in h.logs() for a in row if a["action"] == "rollback"]
+            rollbacks[arm] = {
+                "rollbacks": int(sum(c["rollbacks"] for c in rb)),
+                "rows_rolled_back": int(sum(c["rollbacks"] > 0 for c in rb)),
+                "discarded_tokens": int(sum(c["discarded_tokens"] for c in rb)),
+                "by_pathology": {
+                    p.value: sum(a["pathology"] == p.value for a in acts) for p in Pathology if p in _ROLLBACK
+                },
+            }
         return outs, handles
 
-    cots[METHOD], handles = run_arm(controller(None))
+    cots[METHOD], handles = run_arm(controller(None), arm=METHOD)
     for rows, h in handles:
         for r, c in zip(rows, h.intervention_counts()):
             counts[r] = c
     for arm, p in SINGLE.items():
         from neurips26.agents.cot_pathology import CONTROLLERS
 
-        cots[arm], _ = run_arm(controller({p: CONTROLLERS[p]}))
+        cots[arm], _ = run_arm(controller({p: CONTROLLERS[p]}), arm=arm)
     gen = torch.Generator().manual_seed(70_000 + seed)
     horizon = [len(p.operands) for p in probs]  # clean step count: k - 1 derivations + 1 answer
     sched = [random_schedule([c], h, gen)[0] for c, h in zip(counts, horizon)]
-    cots["g3_random"], _ = run_arm(controller(None, "random", sched))
+    cots["g3_random"], _ = run_arm(controller(None, "random", sched), arm="g3_random")
     ref_lengths = [len(c) for _, c in ref_clean]
     budget = min(int(np.percentile(ref_lengths, 90)), cfg["max_new_tokens"])
     cots["g1_budget"], _ = run_arm(None, budget)
@@ -416,8 +457,9 @@ def _run_inner(cfg: dict, seed: int) -> SeedResult:
     t_ctrl = time.perf_counter() - a
     for _, h in handles:
         h.remove()
+    perf_rollbacks = int(sum(c["rollbacks"] for _, h in handles for c in h.rollback_counts()))
     n_tok = sum(len(task.strip(c)) + 1 for c in plain)
-    identical = float(plain == mon)
+    identical = float([task.strip(c) for c in plain] == [task.strip(c) for c in mon])
     timing["performance_s"] = time.perf_counter() - t0
 
     # metrics
@@ -478,6 +520,7 @@ def _run_inner(cfg: dict, seed: int) -> SeedResult:
         },
         "closed_loop": {
             "interventions_detector_timed": interventions,
+            "rollbacks": rollbacks,
             "budget_tokens": budget,
             "max_new_tokens": cfg["max_new_tokens"],
             "n_problems": n_items,
@@ -489,7 +532,11 @@ def _run_inner(cfg: dict, seed: int) -> SeedResult:
             "thresholds": ref.thresholds,
             "layer": ref.layer,
         },
-        "train": {"steps": cfg["train_steps"], "final_loss": float(np.mean(losses[-20:]))},
+        "train": {
+            "steps": cfg["train_steps"],
+            "model_seed": _model_seed(cfg, seed),
+            "final_loss": float(np.mean(losses[-20:])),
+        },
         "budget": {
             arm: {
                 "max_new_tokens": budget if arm == "g1_budget" else cfg["max_new_tokens"],
@@ -508,6 +555,7 @@ def _run_inner(cfg: dict, seed: int) -> SeedResult:
             * (t_ctrl - t_plain)
             / max(1, sum(len(task.strip(c)) + 1 for c in full_ctrl)),
             "plain_us_per_token": 1e6 * t_plain / n_tok,
+            "controllers_rollbacks": perf_rollbacks,
         },
         "examples": {arm: task.decode(task.strip(cots[arm][0])) for arm in ("sample", METHOD)},
         "timing": timing,
@@ -676,20 +724,28 @@ CLAIM = Claim(
         "Laplace-smoothed transitions alpha 0.5; hop distance and expected hitting time of ANSWER; 95th-percentile "
         "surprisal and 90th-percentile uncertainty thresholds), the six detectors P1-P6 (DETECTORS, detect, "
         "detect_all) with graph-aware switches, PathologyController (a transformers LogitsProcessor with a hidden-"
-        "state hook: C1 bans the answer marker before m_min derivations, C2 sharpens, C3 bans the looped steps' "
-        "prefixes, C4 cue + sharpen, C5 forces EOS after a supported answer, C6 restores the earliest supported "
-        "answer / forbids ending without one), random-timed schedules (g3), VerifyCue (g4), AnswerRegexStop "
+        "state hook) driven by ControlledGenerator, a step-level loop around generate that performs the rollbacks: "
+        "C1 rolls back an answer step closed before m_min derivations and bans the answer marker for the next "
+        "m_min steps, C2 rolls back to the detector's onset (first surprising step) and resamples that step at "
+        "half the temperature, C3 rolls back to the loop start and bans the looped steps' 2-token prefixes, C4 "
+        "cue + sharpen, C5 forces EOS after a supported answer, C6 restores the earliest supported answer / "
+        "forbids ending without one; random-timed schedules (g3: the same actions, rollbacks included, at "
+        "random steps), VerifyCue (g4), AnswerRegexStop "
         "(StoppingCriteria), transformers' NoRepeatNGramLogitsProcessor (g2), inject (surgery), evaluate_detectors, "
         "counterfactual_flip_rate, path_change_rate."
     ),
     differences=(
         "Abstract only; every threshold, phase boundary, surgery operator and controller design is the spec's "
         "inference. Numbers 0-9 (spec 0-99) and a 2-layer (quick) / 3-layer (full) hidden-64 Llama (spec: "
-        "hidden 64 / 128, 2 / 4 layers) so that training fits the CPU budget. Controllers cannot roll tokens back "
-        "inside generate: C1-C3 prevent the step instead of rolling back and resampling. Progress toward ANSWER "
+        "hidden 64 / 128, 2 / 4 layers) so that training fits the CPU budget. Rollbacks (C1-C3) stop the row one "
+        "token after the closing delimiter, cut it to the start of the rolled-back step and resume it in a new "
+        "generate call; the discarded tokens are extra decoding work that gen_tokens and the token budget (final "
+        "trace) do not count (reported per arm in info.closed_loop.rollbacks); C1's 'continue deriving' cue is "
+        "empty here (the synthetic vocabulary has none). Progress toward ANSWER "
         "uses the expected hitting time under the reference chain (hop distance is reported too) because nearly "
-        "every state reaches ANSWER in one hop. One trained model; seeds vary the reference corpus, evaluation "
-        "problems, sampling, surgery and edits. The g4 verify cue stops once an answer step began (otherwise it "
+        "every state reaches ANSWER in one hop. Each seed trains its own model (model seed = seed; the "
+        "testbed LM whose chains of thought are diagnosed) and then draws its own reference corpus, latent states, "
+        "evaluation problems, sampling, surgery and edits. The g4 verify cue stops once an answer step began (otherwise it "
         "keeps a finished trace from ending). SmolLM2-135M (full profile, seed 0 only) is reported under "
         "info.smollm2 and not judged, because a criterion must be measurable on every seed of every profile; its "
         "traces are re-encoded with the question line as context (not the few-shot prompt) to save compute, and "
