@@ -21,6 +21,18 @@ def test_adakvq_declares_premises_headlines_and_power():
     assert all(h.criteria or h.untested for h in CLAIM.headlines)
 
 
+def test_adakvq_extreme_collapse_is_diagnosed_and_full_profile_batches_per_task():
+    """Issue 32 items 3 and 9: the extreme arm's 0.000 carries the committed diagnosis; the full profile
+    runs each task's items as one batch and leaves the decode benchmark to bench/kv_decode."""
+    from pathlib import Path
+
+    note = CLAIM.diagnoses["extreme_beats_uniform"]
+    assert note.startswith("results/diagnosis/adakvq.md")
+    assert (Path(__file__).resolve().parents[2] / "results" / "diagnosis" / "adakvq.md").is_file()
+    full = CLAIM.configs["full"]
+    assert full["batch_size"] >= full["n_per_task"] and not full.get("benchmark")
+
+
 def test_adakvq_smoke(smoke_result, tmp_path):
     res = smoke_result("adakvq")
     arms = set(CLAIM.arms)

@@ -456,3 +456,38 @@ def test_all_reduce_profile_without_process_group_equals_local_profile():
     assert all_reduce_profile(tracker, num_layers=4).mean.shape == (4,)
     with pytest.raises(ValueError, match="stats must be"):
         AADProfile.from_stats(torch.zeros(3, 2))
+
+
+def test_one_bit_minmax_is_the_spec_formula_and_worse_than_the_group_mean():
+    """The diagnosis of adakvq_extreme's 0.000 (results/diagnosis/adakvq.md): the cache's 1-bit blocks are
+    the spec's min-max quantiser (no packing, level or padding defect) and that quantiser is worse than
+    storing each group's mean on Gaussian data (known answer: ~1.96 x the variance for groups of 32; the
+    MSE-optimal 1-bit quantiser reaches 1 - 2/pi). A change of the 1-bit levels must update the diagnosis."""
+    torch.manual_seed(0)
+    model = tiny_model(layers=1, kv_heads=2)  # head_dim 16
+    g = 32
+    cache = AdaKVQCache(model.config, AdaKVQConfig(bits=(1,), avg_bits=1.0, group_size=g, residual_length=0))
+    k = torch.randn(1, 2, 1, 16) * 2 + torch.randn(4, 2, 256, 16)
+    v = torch.randn(4, 2, 256, 16)
+    cache.update(k, v, 0)
+    dk, dv = cache.layers[0].dequantized_states()
+    assert dk.shape == k.shape
+    # written-out formula in float64: per group m = min, s = max - m, x_hat = m + s * round((x - m) / s)
+    kg = k.double().reshape(4, 2, 256 // g, g, 16)
+    lo, hi = kg.amin(3, keepdim=True), kg.amax(3, keepdim=True)
+    ref = (lo + (hi - lo) * torch.round((kg - lo) / (hi - lo))).reshape(k.shape)
+    step = (hi - lo).expand_as(kg).reshape(k.shape)
+    gap = (dk.double() - ref).abs() / step
+    # fp16 scale/zero may move an element lying within their rounding (2^-10 of the step) of the midpoint
+    # by one code; anything else is a defect
+    near_mid = ((k.double() - ref).abs() - step / 2).abs() <= 2e-3 * step
+    assert bool(((gap <= 2e-3) | near_mid).all())
+    assert float((gap > 2e-3).double().mean()) < 1e-2
+
+    def rel(x, xh, dim):
+        return float(((x - xh) ** 2).sum() / ((x - x.mean(dim, keepdim=True)) ** 2).sum())
+
+    # keys: variance within a group of 32 tokens is ~31/32; 1-bit min-max ~1.96, i.e. > 1.5 with margin
+    assert rel(k.reshape(4, 2, 8, g, 16), dk.reshape(4, 2, 8, g, 16), 3) > 1.5
+    # values: groups of min(head_dim, 32) = 16 channels here, ~1.36 (Monte Carlo); still worse than the mean
+    assert rel(v, dv, -1) > 1.1
