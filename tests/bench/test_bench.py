@@ -74,10 +74,10 @@ def test_kv_decode_caches_hold_fewer_bytes_than_dynamic(monkeypatch):
     assert all(kv[a] < kv["dynamic"] for a in arms if a != "dynamic")
     assert all(extra["peak_bytes"][a] >= kv[a] > 0 for a in arms)
     assert extra["kv_bytes_ratio"]["dynamic"] == extra["peak_ratio"]["dynamic"] == 1.0
-    assert extra["attention"]["kivi2"] == extra["attention"]["adakvq"] == "kv_codes"
+    assert extra["attention"]["kivi2"] == extra["attention"]["adakvq"] == extra["attention"]["adkv"] == "kv_codes"
     assert extra["attention"]["kivi2_dequant"] == "sdpa"
     n_layers = S._model("tiny").config.num_hidden_layers
-    assert len(calls) == 2 * n_layers  # the peak-memory step of kivi2 and adakvq ran on the codes
+    assert len(calls) == 3 * n_layers  # the peak-memory step of kivi2, adakvq and adkv ran on the codes
     calls.clear()
     arms["kivi2"]()
     arms["kivi2_dequant"]()

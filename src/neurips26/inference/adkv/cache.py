@@ -352,6 +352,22 @@ class ADKVLayer(ResidualWindowLayer):
         out_v[..., tq:, :] = res_v
         return out_k, out_v
 
+    def _stored_attention(self) -> Any:
+        """The stored part for the codes attention (:mod:`neurips26.inference.adkv.kernel`): the fp16 sink
+        and the packed streams, replayed inside the two attention reductions. Only ``storage="packed"``,
+        ``decode_mode="stream"``, ``value_mode="adkv"`` and no outlier channels; otherwise ``None`` (the
+        layer returns its reconstruction as before)."""
+        cfg = self.config
+        if (
+            cfg.storage != "packed"
+            or cfg.decode_mode != "stream"
+            or cfg.value_mode != "adkv"
+            or self._normal is not None
+            or cfg.n_outliers
+        ):
+            return None
+        return ADKVStored(self)
+
     def _replay_into(self, outs: list[torch.Tensor], ns: int, tq: int) -> None:
         """Replay the packed streams one (stream, KV head) at a time into ``outs[i][..., ns:tq, :]``.
 
@@ -548,6 +564,63 @@ class ADKVLayer(ResidualWindowLayer):
         }
 
 
+class ADKVStored:
+    """An :class:`ADKVLayer`'s stored tokens for the codes attention, as of one update: the fp16 sink
+    tokens (attended exactly) and the key/value code streams (replayed by
+    :func:`neurips26.inference.adkv.kernel.replay_attend` inside the scores and the weighted value sum)."""
+
+    def __init__(self, layer: ADKVLayer):
+        self.length = layer.encoded_length
+        self.ns = layer.sink_length
+        self.key_sink, self.value_sink = layer.key_sink, layer.value_sink
+        self.streams = []
+        st = layer.stream_state
+        if st is None:
+            return
+        sq, cfg = layer.sq, layer.config
+        params = sq.params  # [S, 1, H, 3, D]
+        eta_z, _, gamma = sq._split(params, torch.float64, True)  # [S, 1, H, D] each
+        gain = sq.log_gain_table(params).exp()  # [S, 1, H, L, D]
+        level = torch.arange(1 << cfg.bits, dtype=torch.float64, device=params.device) - cfg.offset + cfg.half
+        for i, codes in enumerate((layer.key_codes, layer.value_codes)):
+            z1 = st.z1[i].to(torch.float64)  # [B, H, D]
+            s1, log_smin = sq._start(st.select(i), gamma[i], torch.float64)
+            s1 = s1.expand_as(z1).contiguous()
+            smin = (s1 * cfg.s_min_rel).contiguous()
+            self.streams.append(
+                dict(
+                    codes=codes.contiguous(),
+                    gain=gain[i, 0].contiguous(),
+                    level=level,
+                    z1=z1.contiguous(),
+                    s1=s1,
+                    smin=smin,
+                    eta_z=eta_z[i, 0].contiguous(),
+                    bits=cfg.bits,
+                )
+            )
+
+    def scores(self, q: torch.Tensor, out: torch.Tensor) -> None:
+        """``out[..., t] = q . K_t`` for the stored tokens (``q [B, H, R, d]`` float32, scale applied)."""
+        from neurips26.inference.adkv import kernel
+
+        ns = self.ns
+        if ns:
+            out[..., :ns] = torch.matmul(q, self.key_sink.to(q.dtype).transpose(-1, -2))
+        if self.streams:
+            kernel.replay_attend(q.float().contiguous(), mode=0, out=out[..., ns:], **self.streams[0])
+
+    def values(self, p: torch.Tensor, out: torch.Tensor) -> None:
+        """``out += sum_t p_t V_t`` over the stored tokens (``p [B, H, R, length]``, ``out [B, H, R, d]``)."""
+        from neurips26.inference.adkv import kernel
+
+        ns = self.ns
+        if ns:
+            out += torch.matmul(p[..., :ns], self.value_sink.to(p.dtype))
+        if self.streams:
+            kernel.replay_attend(p[..., ns:].float().contiguous(), mode=1, out=out, **self.streams[1])
+
+
 class ADKVCache(QuantizedKVCacheMixin, Cache):
     """ADKV cache: a ``transformers.Cache`` of :class:`ADKVLayer`, one per decoder layer.
 
@@ -599,6 +672,7 @@ class ADKVCache(QuantizedKVCacheMixin, Cache):
             )
         self.adkv = adkv
         super().__init__(layers=layers)
+        self.bind_attention_config(config)
 
     def bulk_prefill(
         self,

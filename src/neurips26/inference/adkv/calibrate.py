@@ -184,6 +184,53 @@ def calibrate_streams(
     return params_from(raw.detach()), outliers
 
 
+def validation_errors(K: torch.Tensor, V: torch.Tensor, params: torch.Tensor, config: ADKVConfig) -> torch.Tensor:
+    """Per-channel reconstruction MSE of streams encoded exactly as :class:`ADKVCache` stores them.
+
+    ``K, V: Tensor[Ly, N, Hkv, T, D]``; ``params: Tensor[Ly, 2, Hkv, 3, D]``. The first ``sink_tokens``
+    tokens are exact (excluded), the initial state comes from the next ``init_tokens`` tokens, parameters
+    are fp16-rounded and the encoder runs in float64 (the cache's arithmetic). Returns
+    ``float64 [Ly, 2, Hkv, D]`` (mean over sequences and coded tokens).
+    """
+    ns = min(config.sink_tokens, K.shape[-2] - 1)
+    x = torch.stack([K, V], 1)[..., ns:, :].double()  # [Ly, 2, N, Hkv, T', D]
+    quant = ADKVQuantizer(x.shape[-1], config, params.unsqueeze(2))
+    state = quant.init_state(x[..., : min(config.init_tokens, x.shape[-2]), :])
+    _, xh, _ = quant.encode_raw(x, state)
+    return (xh - x).pow(2).mean(dim=(2, 4))
+
+
+def select_on_validation(
+    params: torch.Tensor, K: torch.Tensor, V: torch.Tensor, config: ADKVConfig
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Keep each channel's calibrated ``(eta_z, eta_s, gamma)`` only where it lowers the channel's
+    reconstruction error on held-out calibration streams (:func:`validation_errors`); elsewhere the
+    defaults of ``config``. Channels are independent recurrences, so the choice is exact per channel.
+
+    ``params: Tensor[Ly, 2, Hkv, 3, D]``; ``K, V: Tensor[Ly, N, Hkv, T, D]`` (validation sequences, ideally
+    as long as the contexts the cache will hold: the calibration loss sees only short windows, and a
+    rate that helps there can drift over hundreds of tokens). Returns the selected parameters and a report
+    (share of channels keeping calibrated values; mean validation MSE relative to the signal power of
+    the defaults, the calibrated and the selected parameters).
+    """
+    n_ly, _, hk, _, d = params.shape
+    default = config.default_params(d, (n_ly, 2, hk)).to(params)
+    e_def = validation_errors(K, V, default, config)
+    e_cal = validation_errors(K, V, params, config)
+    keep = e_cal < e_def  # [Ly, 2, Hkv, D]
+    chosen = torch.where(keep.unsqueeze(-2), params, default)
+    power = torch.stack([K, V], 1).double().pow(2).mean()
+    report = {
+        "kept_share": float(keep.double().mean()),
+        "kept_share_key": float(keep[:, 0].double().mean()),
+        "kept_share_value": float(keep[:, 1].double().mean()),
+        "val_rel_mse_default": float(e_def.mean() / power),
+        "val_rel_mse_calibrated": float(e_cal.mean() / power),
+        "val_rel_mse_selected": float(torch.minimum(e_def, e_cal).mean() / power),
+    }
+    return chosen, report
+
+
 def _calibrate_worker(args: tuple) -> tuple[torch.Tensor, torch.Tensor | None]:
     Q, K, V, config, kwargs, threads = args
     torch.set_num_threads(threads)  # a spawned worker process: its own global state
@@ -201,6 +248,8 @@ def calibrate_adkv(
     n_query: int = 32,
     seed: int = 0,
     workers: int = 1,
+    validation: torch.Tensor | None = None,
+    report: dict | None = None,
 ) -> dict[int, dict[str, torch.Tensor]]:
     """Calibrate per-channel ``(eta_z, eta_s, gamma)`` of every layer by SGD on attention-output error.
 
@@ -216,6 +265,13 @@ def calibrate_adkv(
         Token ids; every batch must have the same length ``T``.
     config : ADKVConfig (bits in [1, 8]).
     steps, lr, bptt, batch_size, n_query, seed : optimisation settings.
+    validation : LongTensor[N, T_val], optional
+        Held-out calibration token ids (not evaluation data). When given, every channel keeps its
+        calibrated parameters only where they lower its reconstruction error on these sequences
+        (:func:`select_on_validation`; channels without outliers only, ``n_outliers == 0``); elsewhere the
+        defaults. Without it the SGD result is returned as is.
+    report : dict, optional
+        Filled with the validation report of :func:`select_on_validation` (``validation`` given).
     workers : int
         ``> 1`` splits the layers round-robin over that many spawned processes
         (``torch.multiprocessing``, each with the caller's intra-op thread count); layers are
@@ -270,6 +326,18 @@ def calibrate_adkv(
             params[p] = prm
             if outliers is not None:
                 outliers[p] = out
+    if validation is not None:
+        if config.n_outliers:
+            raise ValueError("validation selection supports n_outliers == 0 only")
+        if not isinstance(validation, torch.Tensor) or validation.dim() != 2 or validation.dtype != torch.long:
+            raise ValueError("validation must be a LongTensor[N, T] of token ids")
+        with torch.no_grad(), record_qkv(model) as vstore:
+            model(input_ids=validation, use_cache=False)
+        Kv = torch.stack([torch.cat([r[1] for r in vstore[i]], 0) for i in layers]).float()
+        Vv = torch.stack([torch.cat([r[2] for r in vstore[i]], 0) for i in layers]).float()
+        params, rep = select_on_validation(params, Kv, Vv, config)
+        if report is not None:
+            report.update(rep)
     result: dict[int, dict[str, torch.Tensor]] = {}
     for i, layer in enumerate(layers):
         entry = {"key": params[i, 0].clone(), "value": params[i, 1].clone()}
