@@ -121,6 +121,7 @@ class ADKVLayer(ResidualWindowLayer):
         self._normal: torch.Tensor | None = None  # [S, H, D - n]
         self.encoded_length = 0  # tokens out of the window: sink + ADKV-coded
         self.sink_length = 0
+        self._replay_consts = None  # decoder constants of the codes attention (ADKVStored)
 
     key_codes = property(
         lambda self: self._bufs["key_codes"].view(), doc="Packed key codes ``[B, Tq, nbytes]``."
@@ -514,6 +515,9 @@ class ADKVLayer(ResidualWindowLayer):
             out.append(("encoder_state", getattr(self, name)))
         for name in ("_sim_k", "_sim_v", "_deq_v_tok"):
             out.append(("dequantized", self._bufs[name].held()))
+        if self._replay_consts is not None:  # decoder constants of the codes attention (ADKVStored)
+            for c in self._replay_consts[2]:
+                out += [("encoder_state", c[k]) for k in ("gain", "level", "z1", "s1", "smin", "eta_z")]
         return [(c, t) for c, t in out if t is not None]
 
     def memory_report(self) -> dict[str, int]:
@@ -577,19 +581,30 @@ class ADKVStored:
         st = layer.stream_state
         if st is None:
             return
+        # the decoder constants (initial steps, floors, gains) are fixed once the streams start: kept on the
+        # layer while its initial state and parameters are the same tensors (a reorder or repeat replaces them)
+        key = getattr(layer, "_replay_consts", None)
+        if key is None or key[0] is not st.z1 or key[1] is not layer.sq.params:
+            layer._replay_consts = (st.z1, layer.sq.params, self._constants(layer, st))
+        consts = layer._replay_consts[2]
+        for codes, c in zip((layer.key_codes, layer.value_codes), consts):
+            self.streams.append(dict(codes=codes if codes.stride(-1) == 1 else codes.contiguous(), **c))
+
+    @staticmethod
+    def _constants(layer: ADKVLayer, st: ADKVState) -> list[dict[str, Any]]:
         sq, cfg = layer.sq, layer.config
         params = sq.params  # [S, 1, H, 3, D]
         eta_z, _, gamma = sq._split(params, torch.float64, True)  # [S, 1, H, D] each
         gain = sq.log_gain_table(params).exp()  # [S, 1, H, L, D]
         level = torch.arange(1 << cfg.bits, dtype=torch.float64, device=params.device) - cfg.offset + cfg.half
-        for i, codes in enumerate((layer.key_codes, layer.value_codes)):
+        out = []
+        for i in range(2):
             z1 = st.z1[i].to(torch.float64)  # [B, H, D]
-            s1, log_smin = sq._start(st.select(i), gamma[i], torch.float64)
+            s1, _ = sq._start(st.select(i), gamma[i], torch.float64)
             s1 = s1.expand_as(z1).contiguous()
             smin = (s1 * cfg.s_min_rel).contiguous()
-            self.streams.append(
+            out.append(
                 dict(
-                    codes=codes.contiguous(),
                     gain=gain[i, 0].contiguous(),
                     level=level,
                     z1=z1.contiguous(),
@@ -599,6 +614,7 @@ class ADKVStored:
                     bits=cfg.bits,
                 )
             )
+        return out
 
     def scores(self, q: torch.Tensor, out: torch.Tensor) -> None:
         """``out[..., t] = q . K_t`` for the stored tokens (``q [B, H, R, d]`` float32, scale applied)."""

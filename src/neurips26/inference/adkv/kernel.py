@@ -30,7 +30,7 @@ Shapes
 ------
 - ``qp``: the scaled queries ``[B, H, R, D]`` (``mode=0``) or the probabilities ``[B, H, R, T]``
   (``mode=1``), float32, contiguous.
-- ``codes``: ``uint8 [B, T, nbytes]``, token-major (the layer's packed stream: channel ``c`` of head ``h`` at
+- ``codes``: ``uint8 [B, T, nbytes]`` (rows contiguous; batch and token strides free), token-major (the layer's packed stream: channel ``c`` of head ``h`` at
   bit ``(h D + c) b``, little-endian).
 - ``gain`` float64 ``[H, L, D]``; ``level`` float64 ``[L]``; ``z1, s1, smin`` float64 ``[B, H, D]``;
   ``eta_z`` float64 ``[H, D]``.
@@ -48,7 +48,7 @@ import torch
 
 __all__ = ["available", "load", "replay_attend", "replay_attend_reference"]
 
-_NAME = "neurips26_adkv_replay_v2"
+_NAME = "neurips26_adkv_replay_v3"
 
 _CPP = r"""
 #include <torch/library.h>
@@ -66,8 +66,8 @@ constexpr int64_t LANES = 8;
 __attribute__((target_clones("avx512f", "avx2", "default")))
 void run_task(int64_t b, int64_t h, int64_t mode, const float* qp, const uint8_t* codes, const double* gain,
               const double* level, const double* z1, const double* s1, const double* smin, const double* etaz,
-              int64_t H, int64_t T, int64_t D, int64_t R, int64_t L, int64_t nbytes, int64_t bits,
-              float* out, int64_t os0, int64_t os1, int64_t os2) {
+              int64_t H, int64_t T, int64_t D, int64_t R, int64_t L, int64_t nbytes, int64_t cs0, int64_t cs1,
+              int64_t bits, float* out, int64_t os0, int64_t os1, int64_t os2) {
   const int64_t bh = b * H + h;
   std::vector<double> s(s1 + bh * D, s1 + bh * D + D), dsum(D, 0.0), z0(z1 + bh * D, z1 + bh * D + D);
   const double* sm = smin + bh * D;
@@ -81,7 +81,7 @@ void run_task(int64_t b, int64_t h, int64_t mode, const float* qp, const uint8_t
   const bool aligned = (8 % bits == 0) && ((h * D * bits) % 8 == 0);
   const int64_t per = 8 / bits;
   for (int64_t t = 0; t < T; ++t) {
-    const uint8_t* row = codes + (b * T + t) * nbytes;
+    const uint8_t* row = codes + b * cs0 + t * cs1;
     if (aligned) {
       const uint8_t* src = row + (h * D * bits) / 8;
       const int64_t nb = (D + per - 1) / per;
@@ -143,7 +143,7 @@ void replay_attend(const at::Tensor& qp, const at::Tensor& codes, const at::Tens
                    const at::Tensor& z1, const at::Tensor& s1, const at::Tensor& smin, const at::Tensor& etaz,
                    int64_t bits, int64_t mode, at::Tensor& out) {
   TORCH_CHECK(qp.scalar_type() == at::kFloat && qp.is_contiguous(), "qp must be contiguous float32");
-  TORCH_CHECK(codes.scalar_type() == at::kByte && codes.is_contiguous(), "codes must be contiguous uint8");
+  TORCH_CHECK(codes.scalar_type() == at::kByte && codes.stride(2) == 1, "codes must be uint8 with contiguous rows");
   TORCH_CHECK(out.scalar_type() == at::kFloat, "out must be float32");
   for (const at::Tensor* x : {&gain, &level, &z1, &s1, &smin, &etaz})
     TORCH_CHECK(x->scalar_type() == at::kDouble && x->is_contiguous(), "state tensors must be contiguous float64");
@@ -155,11 +155,12 @@ void replay_attend(const at::Tensor& qp, const at::Tensor& codes, const at::Tens
   const uint8_t* cd = codes.data_ptr<uint8_t>();
   float* od = out.data_ptr<float>();
   const int64_t os0 = out.stride(0), os1 = out.stride(1), os2 = out.stride(2);
+  const int64_t cs0 = codes.stride(0), cs1 = codes.stride(1);
   at::parallel_for(0, B * H, 1, [&](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i)
       run_task(i / H, i % H, mode, qd, cd, gain.data_ptr<double>(), level.data_ptr<double>(), z1.data_ptr<double>(),
-               s1.data_ptr<double>(), smin.data_ptr<double>(), etaz.data_ptr<double>(), H, T, D, R, L, nbytes, bits,
-               od, os0, os1, os2);
+               s1.data_ptr<double>(), smin.data_ptr<double>(), etaz.data_ptr<double>(), H, T, D, R, L, nbytes, cs0, cs1,
+               bits, od, os0, os1, os2);
   });
 }
 
