@@ -218,17 +218,16 @@ def run(config: dict[str, Any], seed: int) -> SeedResult:
     }
     validation = _validation_ids(tok, config, seed) if config.get("calib_val_seqs") else None
     selection: dict[str, float] = {}
-    threads = torch.get_num_threads()
     # the calibration is a long chain of small ops ([layers, 2, batch, heads, 64] per token): one thread
     # runs it as fast as two on an idle machine and does not stall on a loaded one (the first full run's
     # seed-0 calibration took 784 s at load 6.8 against 12-13 s for seeds 1 and 2)
-    torch.set_num_threads(1)
+    torch.set_num_threads(config["threads_calibration"])
     try:
         params = calibrate_adkv(
             model, batches, ADKVConfig(bits=bits, **ADKV_RATES), validation=validation, report=selection, **calib
         )
     finally:
-        torch.set_num_threads(threads)
+        torch.set_num_threads(config["threads"])
     calib_s = time.perf_counter() - calib_start
     n_layers = model.config.num_hidden_layers
     window = matched_window(model.config, length, bits) if config.get("match_bits", True) else 0
@@ -316,6 +315,7 @@ _COMMON = {
     "bptt": 16,
     "n_query": 16,
     "threads": 2,
+    "threads_calibration": 1,
     "template": "chat",
 }
 _N_FULL = 34  # items per task and seed: 2 x 34 = 68 per seed, 102 per task over the 3 seeds
