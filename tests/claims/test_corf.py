@@ -20,3 +20,33 @@ def test_smoke_judged_mrr_equals_our_cross_check(smoke_result):
     assert {r["graph"] for r in rows} == {"synthetic_n300", "umls", "kinships"}
     for r in rows:
         assert r["mrr_crosscheck"]["max_abs_diff"] <= r["mrr_crosscheck"]["tolerance"] < 3e-6
+
+
+def test_judged_path_runs_ppr_sampler_and_real_workers(monkeypatch):
+    """The claim's run samples PPR subgraphs and spawns gloo worker processes for the balancing arms."""
+    import torch.multiprocessing as mp
+
+    import neurips26.claims.corf as claim
+    from neurips26.kg.corf.ppr import PPRSampler
+
+    calls = {"sample": 0, "spawn": 0}
+    sample, spawn = PPRSampler.sample, mp.spawn
+
+    def counting_sample(self, *a, **k):
+        calls["sample"] += 1
+        return sample(self, *a, **k)
+
+    def counting_spawn(*a, **k):
+        calls["spawn"] += 1
+        assert k["nprocs"] == 2
+        return spawn(*a, **k)
+
+    monkeypatch.setattr(PPRSampler, "sample", counting_sample)
+    monkeypatch.setattr(mp, "spawn", counting_spawn)
+    cfg = {**CLAIM.configs["smoke"], "real": []}
+    res = claim.run(cfg, 0)
+    assert calls["sample"] >= 1 and calls["spawn"] == 1
+    lb = next(r for r in res.info["per_setting"] if "load_balancing" in r)["load_balancing"]
+    assert {r["assignment"] for r in lb["rounds"]} == {"corf", "round_robin"}
+    assert res.metrics["distributed_exact"]["corf"] == 1.0
+    assert set(res.metrics["mrr"]) == {"corf", "per_query", "ppr", "random"}

@@ -42,7 +42,9 @@ Three executors share one model:
 
 :func:`lpt_assign` balances supports over workers by longest-processing-time-first (makespan
 :math:`\le (4/3 - 1/(3W))\,\mathrm{OPT}`) and :func:`distributed_scores` runs it on a
-``torch.distributed`` group.
+``torch.distributed`` group; :func:`balanced_run` spawns the worker processes and measures each
+rank's load and the makespan. :class:`PPRSubgraphExecutor` is the approximate per-query PPR top-k
+baseline (push-based PPR, :class:`PPRSampler`).
 
 Shapes
 ------
@@ -65,6 +67,10 @@ Modules
 - :mod:`.executor`: :class:`CoRFExecutor` (alias ``CoRF``).
 - :mod:`.distributed`: :func:`lpt_assign`, :func:`round_robin_assign`, :func:`makespan`,
   :func:`distributed_scores`.
+- :mod:`.ppr`: :func:`approximate_ppr` (push), :func:`exact_ppr` (linear solve), :class:`PPRSampler`
+  (top-k neighbourhoods), :class:`PPRSubgraphExecutor` (the one-shot-subgraph baseline).
+- :mod:`.workers`: :func:`balanced_run` (supports assigned by cost, executed on spawned gloo worker
+  processes, measured makespan), :func:`job_costs`, :func:`run_jobs`.
 - :mod:`.training`: :func:`train_cmp` (BCE with uniform negatives or full-entity softmax).
 - :mod:`.synthetic`: :func:`rule_community_kg`, the learnable synthetic KG of the claim check.
 """
@@ -73,10 +79,12 @@ from neurips26.kg.corf.baselines import FullGraphExecutor, SubgraphExecutor
 from neurips26.kg.corf.distributed import distributed_scores, lpt_assign, makespan, round_robin_assign
 from neurips26.kg.corf.executor import CoRF, CoRFExecutor
 from neurips26.kg.corf.model import CMPLayer, NBFNetLite
+from neurips26.kg.corf.ppr import PPRSampler, PPRSubgraphExecutor, approximate_ppr, exact_ppr
 from neurips26.kg.corf.planner import ReceptiveSupportPlanner, Support, redundancy_ratio
 from neurips26.kg.corf.reach import hop_reach, receptive_field
 from neurips26.kg.corf.synthetic import rule_community_kg
 from neurips26.kg.corf.training import train_cmp
+from neurips26.kg.corf.workers import balanced_run, job_costs, run_jobs
 
 __all__ = [
     "CMPLayer",
@@ -95,5 +103,12 @@ __all__ = [
     "makespan",
     "distributed_scores",
     "train_cmp",
+    "approximate_ppr",
+    "exact_ppr",
+    "PPRSampler",
+    "PPRSubgraphExecutor",
+    "balanced_run",
+    "job_costs",
+    "run_jobs",
     "rule_community_kg",
 ]
