@@ -308,6 +308,11 @@ def _one_state_ref(lm) -> LatentStateModel:
     return ref
 
 
+def _controller(lm, ref, **kw) -> PathologyController:
+    """A controller on ``lm`` for the synthetic task (segmenter, answer extractor and EOS of TASK)."""
+    return PathologyController(lm, ref, SEG, TASK.extract_answer, TASK.eos, **kw)
+
+
 def _gen(lm, prompt, procs, max_new=40, stops=()):
     x = torch.tensor([prompt])
     with torch.no_grad():
@@ -336,12 +341,9 @@ def test_infinite_thresholds_leave_generate_unchanged(lm):
     )
     with torch.no_grad():
         plain = lm.generate(input_ids=x, **kw)
-        with PathologyController(
+        with _controller(
             lm,
             ref,
-            SEG,
-            TASK.extract_answer,
-            TASK.eos,
             thresholds={p: math.inf for p in Pathology},
             answer_marker_ids=[TASK.answer_marker],
         ) as ctrl:
@@ -357,12 +359,9 @@ def test_c5_stops_right_after_the_verified_answer(lm):
     script = TASK.encode("S 1 + 2 = 3 ; S 3 + 1 = 4 ; A 4 ; S 4 - 1 = 3 ; A 3 ;")
     plain = _gen(lm, prompt, [_Script(script, len(prompt))])
     assert TASK.final_answer(plain[len(prompt) :]) == "3"
-    with PathologyController(
+    with _controller(
         lm,
         ref,
-        SEG,
-        TASK.extract_answer,
-        TASK.eos,
         thresholds={Pathology.OVERRUN: CONTROLLERS[Pathology.OVERRUN]},
     ) as ctrl:
         out = _gen(lm, prompt, [_Script(script, len(prompt)), ctrl])
@@ -393,9 +392,7 @@ def test_c3_rolls_back_to_the_loop_start_and_prevents_an_exact_repeat(lm):
     script = TASK.encode(" ".join(["S 1 + 2 = 3 ;"] * 6))
     plain = _gen(lm, prompt, [_Script(script, len(prompt))], max_new=42)
     assert _steps(plain[len(prompt) :]).count(looped) == 6
-    with PathologyController(
-        lm, ref, SEG, TASK.extract_answer, TASK.eos, thresholds={Pathology.LOOPING: None}
-    ) as ctrl:
+    with _controller(lm, ref, thresholds={Pathology.LOOPING: None}) as ctrl:
         out, log, gen = _driven(lm, ctrl, prompt, script, max_new=42)
     assert out[: len(prompt)] == prompt  # rollbacks never delete prompt tokens
     cot = [t for t in out[len(prompt) :] if t != TASK.pad]
@@ -415,12 +412,9 @@ def test_c1_rolls_back_the_premature_answer_and_bans_the_marker(lm):
     ref = _one_state_ref(lm)
     prompt = [BOS_ID, *TASK.encode("Q 1 + 2 ? ;")]
     script = TASK.encode("A 3 ; S 1 + 2 = 3 ; A 3 ;")
-    with PathologyController(
+    with _controller(
         lm,
         ref,
-        SEG,
-        TASK.extract_answer,
-        TASK.eos,
         thresholds={Pathology.PREMATURE_COMMITMENT: 1.0},
         answer_marker_ids=[TASK.answer_marker],
     ) as ctrl:
@@ -451,12 +445,9 @@ def test_c2_rolls_back_to_the_detector_onset_and_resamples_sharper(lm, monkeypat
         return DetectorResult(fired, 1 if fired else None, 1.0 if fired else 0.0)
 
     monkeypatch.setattr(ctl, "detect", fake_detect)
-    with PathologyController(
+    with _controller(
         lm,
         ref,
-        SEG,
-        TASK.extract_answer,
-        TASK.eos,
         thresholds={Pathology.UNSTABLE_BRANCHING: None},
         max_interventions=1,
     ) as ctrl:
@@ -474,9 +465,7 @@ def test_rollback_needs_the_step_loop(lm):
     ref = _one_state_ref(lm)
     prompt = [BOS_ID, *TASK.encode("Q 1 + 2 ? ;")]
     script = TASK.encode(" ".join(["S 1 + 2 = 3 ;"] * 6))
-    with PathologyController(
-        lm, ref, SEG, TASK.extract_answer, TASK.eos, thresholds={"looping": None}
-    ) as ctrl:
+    with _controller(lm, ref, thresholds={"looping": None}) as ctrl:
         with pytest.raises(RuntimeError, match="ControlledGenerator"):
             _gen(lm, prompt, [_Script(script, len(prompt)), ctrl], max_new=42)
 
@@ -488,9 +477,7 @@ def test_controlled_generation_keeps_prompts_and_plain_rows(lm):
     width = max(len(p) for p in prompts[:4])
     x = torch.tensor([[TASK.pad] * (width - len(p)) + p for p in prompts[:4]])
     m = (torch.arange(width)[None] >= torch.tensor([width - len(p) for p in prompts[:4]])[:, None]).long()
-    with PathologyController(
-        lm, ref, SEG, TASK.extract_answer, TASK.eos, answer_marker_ids=[TASK.answer_marker]
-    ) as ctrl:
+    with _controller(lm, ref, answer_marker_ids=[TASK.answer_marker]) as ctrl:
         gen = ControlledGenerator(lm, ctrl, max_new_tokens=20)
         out, log = gen.generate(x, m, temperature=1.0, seed=1, pad_token_id=TASK.pad)
         again, _ = gen.generate(x, m, temperature=1.0, seed=1, pad_token_id=TASK.pad)
@@ -498,9 +485,7 @@ def test_controlled_generation_keeps_prompts_and_plain_rows(lm):
     assert torch.equal(out[:, :width], x)  # same kernel: prompt tokens copied
     ids = gen.generate_ids(x, m, temperature=1.0, seed=1, pad_token_id=TASK.pad)
     assert all(len(g) <= 20 for g in ids)
-    with PathologyController(
-        lm, ref, SEG, TASK.extract_answer, TASK.eos, thresholds={p: math.inf for p in Pathology}
-    ) as ctrl:
+    with _controller(lm, ref, thresholds={p: math.inf for p in Pathology}) as ctrl:
         ids = ControlledGenerator(lm, ctrl, max_new_tokens=20).generate_ids(
             x, m, temperature=0.0, pad_token_id=TASK.pad
         )
@@ -527,9 +512,7 @@ def test_random_timing_is_reproducible(lm):
     x = torch.tensor([p[:8] for p in prompts[:2]])
     outs, logs = [], []
     for _ in range(2):
-        with PathologyController(
-            lm, ref, SEG, TASK.extract_answer, TASK.eos, timing="random", schedule=sched_a
-        ) as ctrl:
+        with _controller(lm, ref, timing="random", schedule=sched_a) as ctrl:
             out, log = ControlledGenerator(lm, ctrl, max_new_tokens=25).generate(x, temperature=1.0, seed=0)
         outs.append(out)
         logs.append(log)
@@ -566,13 +549,13 @@ def test_controller_errors(lm):
         PathologyController(lm, LatentStateModel(n_states=2), SEG, TASK.extract_answer, TASK.eos)
     ref = _one_state_ref(lm)
     with pytest.raises(ValueError, match="timing"):
-        PathologyController(lm, ref, SEG, TASK.extract_answer, TASK.eos, timing="sometimes")
+        _controller(lm, ref, timing="sometimes")
     with pytest.raises(ValueError, match="schedule"):
-        PathologyController(lm, ref, SEG, TASK.extract_answer, TASK.eos, timing="random")
+        _controller(lm, ref, timing="random")
     with pytest.raises(ValueError, match="pathology"):
-        PathologyController(lm, ref, SEG, TASK.extract_answer, TASK.eos, thresholds={"typo": 1.0})
+        _controller(lm, ref, thresholds={"typo": 1.0})
     with pytest.raises(ValueError, match="temperature_factor"):
-        PathologyController(lm, ref, SEG, TASK.extract_answer, TASK.eos, temperature_factor=0.0)
+        _controller(lm, ref, temperature_factor=0.0)
     with pytest.raises(ValueError, match="every"):
         VerifyCue([5], 0, [TASK.delimiter], TASK.eos)
     with pytest.raises(ValueError, match="pattern"):
@@ -606,7 +589,7 @@ def test_detectors_on_random_trajectories(states, unc, graph_aware):
 def test_controlled_generator_wraps_generate(lm):
     ref = _one_state_ref(lm)
     prompt = torch.tensor([[BOS_ID, *TASK.encode("Q 1 + 2 ? ;")]])
-    with PathologyController(lm, ref, SEG, TASK.extract_answer, TASK.eos) as ctrl:
+    with _controller(lm, ref) as ctrl:
         gen = ControlledGenerator(lm, ctrl, max_new_tokens=12)
         a, log = gen.generate(prompt, temperature=1.0, seed=3)
         b, _ = gen.generate(prompt, temperature=1.0, seed=3)

@@ -17,7 +17,9 @@ Modules
 * :mod:`.controllers` -- matched inference-time controllers as a ``transformers``
   ``LogitsProcessor`` (:class:`PathologyController`) driven by the step-level generation loop
   :class:`ControlledGenerator`, which performs the C1-C3 rollbacks (cut to the last good step,
-  resample); the generic controls and the answer-regex ``StoppingCriteria`` baseline.
+  resample).
+* :mod:`.controls` -- the generic controls (:data:`GENERIC_CONTROLS`, :func:`random_schedule`,
+  :class:`VerifyCue`) and the answer-regex ``StoppingCriteria`` baseline (:class:`AnswerRegexStop`).
 * :mod:`.surgery` -- controlled surgery (:func:`inject`), AUROC/onset evaluation and the
   counterfactual transition-vs-emission flip rates.
 * :mod:`.synthetic` -- the generated arithmetic chains of thought used by the claim check.
@@ -37,16 +39,8 @@ controller scores ``(B, V)``.
 """
 
 from . import parallel as _parallel
-from .controllers import (
-    CONTROLLERS,
-    GENERIC_CONTROLS,
-    AnswerRegexStop,
-    ControlledGenerator,
-    HiddenTap,
-    PathologyController,
-    VerifyCue,
-    random_schedule,
-)
+from .controllers import CONTROLLERS, ControlledGenerator, HiddenTap, PathologyController
+from .controls import GENERIC_CONTROLS, AnswerRegexStop, VerifyCue, random_schedule
 from .detectors import (
     DETECTORS,
     DetectorConfig,

@@ -1,4 +1,7 @@
-"""Matched inference-time controllers and generic controls, as ``transformers`` generation hooks.
+"""Matched inference-time controllers and their step-level rollback loop, as ``transformers`` hooks.
+
+Paper: "CoT pathology diagnostics" (NeurIPS 2026, abstract only; seed file ``000_f8b4140a0e3b5d84.txt``,
+paragraph 18); the controller designs below are the spec's inference from the abstract.
 
 The controllers are one :class:`transformers.LogitsProcessor` (:class:`PathologyController`) driven
 by a step-level generation loop (:class:`ControlledGenerator`). While the model decodes, a forward
@@ -34,11 +37,12 @@ every threshold at ``inf`` the processor returns the scores unchanged, so ``gene
 token-identical to plain decoding. Used as a bare processor inside ``model.generate`` (no
 :class:`ControlledGenerator`), a controller that would roll back raises ``RuntimeError``.
 
-Generic controls: a max-token budget (``max_new_tokens``), ``transformers``'
-``NoRepeatNGramLogitsProcessor`` / ``RepetitionPenaltyLogitsProcessor`` (always on), random-time
-interventions (``timing="random"`` with a per-row schedule holding the same number of
-interventions as a detector-timed run), and :class:`VerifyCue` (a cue forced every ``k`` steps).
-Surface baseline: :class:`AnswerRegexStop` (a ``StoppingCriteria`` on the decoded text).
+Generic controls: random-time interventions are this processor with ``timing="random"`` and a
+per-row schedule holding the same number of interventions as a detector-timed run
+(:func:`~.controls.random_schedule`); the max-token budget, ``transformers``'
+``NoRepeatNGramLogitsProcessor`` / ``RepetitionPenaltyLogitsProcessor`` (always on), the cue forced
+every ``k`` steps (:class:`~.controls.VerifyCue`) and the surface baseline
+(:class:`~.controls.AnswerRegexStop`) are in :mod:`.controls` (and importable from here).
 
 .. math::
 
@@ -55,9 +59,8 @@ Padded batches: left padding only (the prompt part is never read).
 from __future__ import annotations
 
 import math
-import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,6 +69,8 @@ from transformers import LogitsProcessor, StoppingCriteria
 
 from neurips26.common.checks import check_float, check_int
 
+# the generic controls and the surface baseline live in .controls; importable from here as before
+from .controls import GENERIC_CONTROLS, AnswerRegexStop, VerifyCue, random_schedule  # noqa: F401
 from .detectors import DetectorConfig, detect
 from .trajectory import ANSWER, LatentStateModel, Pathology, StepSegmenter, Trajectory, as_id_list
 
@@ -77,14 +82,6 @@ CONTROLLERS: dict[Pathology, float | None] = {
     Pathology.DRIFT: None,
     Pathology.OVERRUN: 0.0,
     Pathology.REVERSAL: 1.0,
-}
-
-#: The generic controls compared against detector-timed control (names used in the claim).
-GENERIC_CONTROLS: dict[str, str] = {
-    "g1_budget": "fixed max_new_tokens budget (truncation)",
-    "g2_no_repeat": "transformers NoRepeatNGramLogitsProcessor, always on",
-    "g3_random": "the same controllers at random steps, same number of interventions per problem",
-    "g4_verify_cue": "VerifyCue: a verification cue forced at the start of every k-th step",
 }
 
 
@@ -573,117 +570,6 @@ class _RowBudget(StoppingCriteria):
         return (input_ids.shape[1] - self.width >= self.remaining).to(input_ids.device)
 
 
-def random_schedule(
-    counts: Sequence[Mapping[Any, int]], horizon: int, generator: torch.Generator
-) -> list[dict[Pathology, list[int]]]:
-    """Random intervention steps with the same per-row, per-controller counts (generic control g3).
-
-    ``counts[i][p]`` interventions of controller ``p`` for row ``i`` are placed at distinct random
-    steps in ``[0, horizon)`` drawn with ``generator``.
-    """
-    check_int("horizon", horizon, low=1)
-    if not isinstance(generator, torch.Generator):
-        raise TypeError(f"generator must be a torch.Generator, got {type(generator).__name__}")
-    out = []
-    for row in counts:
-        sched = {}
-        for key, c in sorted(row.items(), key=lambda kv: str(kv[0])):
-            p = Pathology.parse(key)
-            c = min(check_int(f"counts[{p.value}]", c, low=0), horizon)
-            steps = torch.randperm(horizon, generator=generator)[:c].tolist() if c else []
-            sched[p] = sorted(steps)
-        out.append(sched)
-    return out
-
-
-class VerifyCue(LogitsProcessor):
-    """Generic control g4: force ``cue_ids`` at the start of every ``every``-th step.
-
-    Parameters
-    ----------
-    cue_ids : sequence of int
-    every : int
-        Steps between cues (counted in generated delimiters).
-    delimiter_ids : iterable of int
-    eos_token_id : int
-    stop_after_ids : iterable of int
-        Once one of these tokens (e.g. the answer marker) was generated, no further cue is forced, so
-        that the cue cannot keep a finished chain of thought from ending.
-    """
-
-    def __init__(
-        self,
-        cue_ids: Sequence[int],
-        every: int,
-        delimiter_ids: Iterable[int],
-        eos_token_id: int,
-        stop_after_ids: Iterable[int] = (),
-    ):
-        self.cue = as_id_list("cue_ids", cue_ids)
-        if not self.cue:
-            raise ValueError("cue_ids must hold at least one token")
-        self.every = check_int("every", every, low=1)
-        self.delims = frozenset(as_id_list("delimiter_ids", list(delimiter_ids)))
-        self.eos = check_int("eos_token_id", eos_token_id, low=0)
-        self.stop_after = frozenset(as_id_list("stop_after_ids", list(stop_after_ids)))
-        self._last_len: int | None = None
-        self.count: list[int] = []
-
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        b, t = input_ids.shape
-        if self._last_len is None or t != self._last_len + 1 or len(self.count) != b:
-            self._start, self._steps, self._pos, self._done = t, [0] * b, [None] * b, [False] * b
-            self.count = [0] * b
-        self._last_len = t
-        out = scores
-        for i in range(b):
-            if t > self._start:
-                tok = int(input_ids[i, -1])
-                if tok == self.eos or tok in self.stop_after:
-                    self._done[i] = True
-                if self._pos[i] is not None:
-                    self._pos[i] = self._pos[i] + 1 if self._pos[i] + 1 < len(self.cue) else None
-                elif tok in self.delims:
-                    self._steps[i] += 1
-                    if self._steps[i] % self.every == 0:
-                        self._pos[i] = 0
-                        self.count[i] += 1
-            if self._done[i] or self._pos[i] is None:
-                continue
-            if out is scores:
-                out = scores.clone()
-            tok = self.cue[self._pos[i]]
-            out[i].fill_(-math.inf)
-            out[i, tok] = 0.0
-        return out
-
-
-class AnswerRegexStop(StoppingCriteria):
-    """Surface baseline (overthinking): stop a row once its decoded continuation matches ``pattern``.
-
-    Parameters
-    ----------
-    decode : callable
-        ``decode(token_ids: list[int]) -> str`` for the generated part.
-    pattern : str
-        Regular expression searched in the decoded continuation.
-    prompt_length : int
-        Number of prompt tokens (left-padded prompts share it).
-    """
-
-    def __init__(self, decode: Callable[[list[int]], str], pattern: str, prompt_length: int):
-        if not callable(decode):
-            raise TypeError("decode must be callable: token ids -> str")
-        if not isinstance(pattern, str) or not pattern:
-            raise ValueError("pattern must be a non-empty regular expression string")
-        self.decode, self.regex = decode, re.compile(pattern)
-        self.prompt_length = check_int("prompt_length", prompt_length, low=0)
-
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs) -> torch.BoolTensor:
-        out = [bool(self.regex.search(self.decode(row[self.prompt_length :].tolist()))) for row in input_ids]
-        return torch.tensor(out, dtype=torch.bool, device=input_ids.device)
-
-
 class ControlledGenerator:
     """Step-level generation loop: ``model.generate`` with a :class:`PathologyController`, and its rollbacks.
 
@@ -702,7 +588,7 @@ class ControlledGenerator:
         Built on the same ``model``.
     max_new_tokens : int
 
-    ``generate(input_ids, attention_mask=None, temperature=1.0, seed=None, ...)`` returns
+    ``generate(input_ids, attention_mask=None, *, temperature=1.0, seed=None, ...)`` returns
     ``(sequences, log)`` where ``sequences`` has shape ``(B, T_prompt + T_new)`` (prompt tokens are
     never changed; rows end with EOS or ``pad_token_id`` padding) and ``log`` holds, per row, the
     latent trajectory, the intervention counts, the list of actions, the number of rollbacks and of
@@ -745,8 +631,7 @@ class ControlledGenerator:
         if not all(callable(p) for p in procs):
             raise TypeError("logits_processor must hold callables (transformers LogitsProcessor)")
         ctrl = self.controller
-        pad = pad_token_id if pad_token_id is not None else self.model.generation_config.pad_token_id
-        pad = ctrl.eos if pad is None else check_int("pad_token_id", pad, low=0)
+        pad = self._pad_id(pad_token_id)
         kwargs: dict[str, Any] = (
             {"do_sample": False}
             if temperature == 0
@@ -808,20 +693,23 @@ class ControlledGenerator:
             ctrl._end()
         return gen
 
+    def _pad_id(self, pad_token_id: int | None) -> int:
+        """The left / right padding token: ``pad_token_id``, else the model's pad token, else EOS."""
+        pad = pad_token_id if pad_token_id is not None else self.model.generation_config.pad_token_id
+        return self.controller.eos if pad is None else check_int("pad_token_id", pad, low=0)
+
     @torch.no_grad()
     def generate(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        temperature: float = 1.0,
-        seed: int | None = None,
-        logits_processor: Sequence[LogitsProcessor] = (),
-        pad_token_id: int | None = None,
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, **options: Any
     ) -> tuple[torch.Tensor, list[dict[str, Any]]]:
-        gen = self.generate_ids(input_ids, attention_mask, temperature, seed, logits_processor, pad_token_id)
+        """``(sequences, log)``: the prompt, then the rows of :meth:`generate_ids` right-padded; the log.
+
+        ``options`` are the keyword arguments of :meth:`generate_ids` (``temperature``, ``seed``,
+        ``logits_processor``, ``pad_token_id``).
+        """
+        gen = self.generate_ids(input_ids, attention_mask, **options)
         ctrl = self.controller
-        pad = pad_token_id if pad_token_id is not None else self.model.generation_config.pad_token_id
-        pad = ctrl.eos if pad is None else pad
+        pad = self._pad_id(options.get("pad_token_id"))
         width = max(map(len, gen))
         tail = torch.tensor([g + [pad] * (width - len(g)) for g in gen], dtype=input_ids.dtype)
         out = torch.cat([input_ids, tail.reshape(len(gen), width)], dim=1)
