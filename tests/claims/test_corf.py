@@ -6,7 +6,7 @@ from neurips26.claims.corf import CLAIM
 
 def test_smoke_structure_and_exactness(smoke_result):
     a = smoke_result("corf")
-    assert set(a["metrics"]["queries_per_s"]) == {"corf", "per_query", "full_graph"}
+    assert set(a["metrics"]["queries_per_s"]) == {"corf", "per_query", "ppr", "full_graph"}
     # scores are exact, so accuracy is identical across executors and runs
     assert a["metrics"]["exact"]["corf"] == [1.0]
     assert a["metrics"]["mrr"]["corf"] == a["metrics"]["mrr"]["per_query"]

@@ -79,8 +79,8 @@ from neurips26.kg.corf.baselines import FullGraphExecutor, SubgraphExecutor
 from neurips26.kg.corf.distributed import distributed_scores, lpt_assign, makespan, round_robin_assign
 from neurips26.kg.corf.executor import CoRF, CoRFExecutor
 from neurips26.kg.corf.model import CMPLayer, NBFNetLite
-from neurips26.kg.corf.ppr import PPRSampler, PPRSubgraphExecutor, approximate_ppr, exact_ppr
 from neurips26.kg.corf.planner import ReceptiveSupportPlanner, Support, redundancy_ratio
+from neurips26.kg.corf.ppr import PPRSampler, PPRSubgraphExecutor, approximate_ppr, exact_ppr
 from neurips26.kg.corf.reach import hop_reach, receptive_field
 from neurips26.kg.corf.synthetic import rule_community_kg
 from neurips26.kg.corf.training import train_cmp

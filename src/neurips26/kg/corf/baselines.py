@@ -51,6 +51,22 @@ def _checked_inputs(model: NBFNetLite, queries: Tensor, graph: Data) -> tuple[Te
     return edge_index, edge_type, n
 
 
+def _disjoint_union(
+    nodes: list[Tensor], edge_index: list[Tensor], edge_type: list[Tensor], heads: Tensor
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """Relabelled per-query subgraphs as one disjoint union.
+
+    Returns ``(nodes, edge_index, edge_type, edge_query, node_query, heads)`` in union-local ids
+    (``heads [Q]`` given subgraph-local), the inputs of :meth:`NBFNetLite.forward_union`.
+    """
+    sizes = torch.tensor([v.numel() for v in nodes])
+    offsets = torch.cumsum(sizes, 0) - sizes
+    ei = torch.cat([e + off for e, off in zip(edge_index, offsets.tolist())], dim=1)
+    eq = torch.repeat_interleave(torch.arange(len(nodes)), torch.tensor([e.shape[1] for e in edge_index]))
+    nq = torch.repeat_interleave(torch.arange(len(nodes)), sizes)
+    return torch.cat(nodes), ei, torch.cat(edge_type), eq, nq, heads + offsets
+
+
 class _BatchedExecutor:
     """What every executor holds: the checked model, the queries per batch and the last call's stats."""
 
@@ -118,16 +134,12 @@ class SubgraphExecutor(_BatchedExecutor):
                 )
                 for h in chunk[:, 0].tolist()
             ]
-            nodes = torch.cat([p[0] for p in parts])
-            sizes = torch.tensor([p[0].numel() for p in parts])
-            offsets = torch.cumsum(sizes, 0) - sizes
-            ei = torch.cat([p[1] + off for p, off in zip(parts, offsets.tolist())], dim=1)
-            et = torch.cat([edge_type[p[3]] for p in parts])
-            eq = torch.repeat_interleave(
-                torch.arange(len(parts)), torch.tensor([p[1].shape[1] for p in parts])
+            nodes, ei, et, eq, nq, heads = _disjoint_union(
+                [p[0] for p in parts],
+                [p[1] for p in parts],
+                [edge_type[p[3]] for p in parts],
+                torch.stack([p[2][0] for p in parts]),
             )
-            nq = torch.repeat_interleave(torch.arange(len(parts)), sizes)
-            heads = torch.stack([p[2][0] for p in parts]) + offsets
             extract_s += time.perf_counter() - t0
             t0 = time.perf_counter()
             sc = self.model.forward_union(ei, et, eq, nq, heads, chunk[:, 1], deg[nodes])

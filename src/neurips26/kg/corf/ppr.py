@@ -39,7 +39,13 @@ from torch_geometric.utils import subgraph
 
 from neurips26.common.checks import check_float, check_int
 from neurips26.common.graphs import check_edge_index
-from neurips26.kg.corf.baselines import _BatchedExecutor, _checked_inputs, _fill_unreached, _full_in_degree
+from neurips26.kg.corf.baselines import (
+    _BatchedExecutor,
+    _checked_inputs,
+    _disjoint_union,
+    _fill_unreached,
+    _full_in_degree,
+)
 
 
 def _check_sources(sources: Tensor, num_nodes: int) -> Tensor:
@@ -48,7 +54,9 @@ def _check_sources(sources: Tensor, num_nodes: int) -> Tensor:
     if sources.numel() == 0:
         raise ValueError("sources must not be empty")
     if sources.min() < 0 or sources.max() >= num_nodes:
-        raise ValueError(f"sources must lie in [0, {num_nodes}), got ids in [{int(sources.min())}, {int(sources.max())}]")
+        raise ValueError(
+            f"sources must lie in [0, {num_nodes}), got ids in [{int(sources.min())}, {int(sources.max())}]"
+        )
     return sources
 
 
@@ -183,14 +191,12 @@ class PPRSubgraphExecutor(_BatchedExecutor):
             t0 = time.perf_counter()
             picked = self.sampler.sample(edge_index, chunk[:, 0], n)
             parts = [subgraph(v, edge_index, edge_type, relabel_nodes=True, num_nodes=n) for v in picked]
-            sizes = torch.tensor([v.numel() for v in picked])
-            offsets = torch.cumsum(sizes, 0) - sizes
-            nodes = torch.cat(picked)
-            ei = torch.cat([p[0] + off for p, off in zip(parts, offsets.tolist())], dim=1)
-            et = torch.cat([p[1] for p in parts])
-            eq = torch.repeat_interleave(torch.arange(len(parts)), torch.tensor([p[0].shape[1] for p in parts]))
-            nq = torch.repeat_interleave(torch.arange(len(parts)), sizes)
-            heads = torch.stack([torch.searchsorted(v, h) for v, h in zip(picked, chunk[:, 0])]) + offsets
+            nodes, ei, et, eq, nq, heads = _disjoint_union(
+                picked,
+                [p[0] for p in parts],
+                [p[1] for p in parts],
+                torch.stack([torch.searchsorted(v, h) for v, h in zip(picked, chunk[:, 0])]),
+            )
             sample_s += time.perf_counter() - t0
             t0 = time.perf_counter()
             sc = self.model.forward_union(ei, et, eq, nq, heads, chunk[:, 1], deg[nodes])
