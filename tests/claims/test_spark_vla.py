@@ -35,3 +35,47 @@ def test_ablation_arms_stay_out_of_metrics():
         res.info["ablations"]["spark_no_route_sup"]["tokens_forwarded"]
         == res.metrics["tokens_forwarded"][METHOD]
     )
+
+
+def test_judged_path_runs_timm_backbone_expert_and_the_language_model(monkeypatch):
+    """The claim's run builds timm ViTs (RGB backbone, RGB-D expert) and trains every arm through the
+    transformers LM policy: count the calls on the judged path."""
+    import timm
+    from timm.models.vision_transformer import VisionTransformer
+    from transformers import LlamaModel
+
+    import neurips26.claims.spark_vla as claim
+
+    created, lm_calls, vit_calls = [], [0], [0]
+    create, lm_forward, vit_forward = (
+        timm.create_model,
+        LlamaModel.forward,
+        VisionTransformer.forward_features,
+    )
+
+    def spy_create(*a, **kw):
+        created.append(kw.get("in_chans"))
+        return create(*a, **kw)
+
+    def spy_lm(self, *a, **kw):
+        lm_calls[0] += 1
+        return lm_forward(self, *a, **kw)
+
+    def spy_vit(self, *a, **kw):
+        vit_calls[0] += 1
+        return vit_forward(self, *a, **kw)
+
+    monkeypatch.setattr(timm, "create_model", spy_create)
+    monkeypatch.setattr(LlamaModel, "forward", spy_lm)
+    monkeypatch.setattr(VisionTransformer, "forward_features", spy_vit)
+    cfg = {**CLAIM.configs["smoke"], "steps": 1}
+    base, expert = claim._vit(cfg), claim._vit(cfg, 4)
+    model = claim._build(METHOD, cfg, base, expert, seed=0)
+    assert isinstance(model.visual.base, VisionTransformer) and isinstance(model.policy.lm, LlamaModel)
+    assert isinstance(model.expert[0].vit, VisionTransformer) and model.expert[0].channels == 4
+    for arm in BASELINES:
+        assert isinstance(claim._build(arm, cfg, base, expert, seed=0).policy.lm, LlamaModel)
+    created.clear()
+    run(cfg, seed=0)
+    assert 3 in created and 4 in created  # backbone (RGB) and expert (RGB-D) come from timm.create_model
+    assert lm_calls[0] > 0 and vit_calls[0] > 0

@@ -10,31 +10,33 @@ from hypothesis import strategies as st
 from peft import LoraConfig
 from torch import nn
 
+from neurips26.claims.spark_vla import LORA_TARGETS
 from neurips26.robotics.spark_vla import (
     RADIUS,
     AttentionDistillationLoss,
     AttentionRecorder,
     ExpertAttention,
     KnowledgeRouter,
+    LanguagePolicy,
     RouterSupervisionLoss,
     SparkVLA,
     SpatialLoRABranch,
     TabletopScenes,
-    TinyPolicy,
     action_gradient_targets,
     build_vit,
+    encode_instructions,
+    patch_tokens,
     render_objects,
     resize_attention,
+    rgbd,
 )
 
-NAMES = ["layers.0.attention", "layers.1.attention"]
+NAMES = ["blocks.0.attn", "blocks.1.attn"]
 S, D, H = 16, 32, 4
 
 
 def _lora(r=4):
-    return LoraConfig(
-        r=r, lora_alpha=2 * r, lora_dropout=0.0, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"]
-    )
+    return LoraConfig(r=r, lora_alpha=2 * r, lora_dropout=0.0, target_modules=LORA_TARGETS)
 
 
 def _branch(seed=0):
@@ -54,25 +56,26 @@ def _model(seed=0, **kw):
     torch.manual_seed(seed)
     branch = SpatialLoRABranch(build_vit(S, 4, D, 2, H), _lora(), NAMES)
     expert = _ExpertOnSmall(
-        ExpertAttention(build_vit(8, 4, D, 2, 2), NAMES)
-    )  # N_e = 4 != N = 16, h_e = 2 != h
+        ExpertAttention(build_vit(8, 4, D, 2, 2, channels=4), NAMES)
+    )  # RGB-D expert; N_e = 4 != N = 16, h_e = 2 != h
     distill = AttentionDistillationLoss(list(zip(NAMES, NAMES)), H, 2)
     model = SparkVLA(
-        branch, KnowledgeRouter(D, 0.25, cond_dim=D), TinyPolicy(D, 32, dim=D), expert, distill, **kw
+        branch, KnowledgeRouter(D, 0.25, cond_dim=D), LanguagePolicy(D, 32, dim=D), expert, distill, **kw
     )
     return model, expert
 
 
 class _ExpertOnSmall(nn.Module):
-    """Expert on the 8x8 downsampled image (N_e != N); counts its calls."""
+    """RGB-D expert on the 8x8 downsampled image and depth (N_e != N); counts its calls."""
 
     def __init__(self, inner):
         super().__init__()
         self.inner, self.calls = inner, 0
 
-    def forward(self, images):
+    def forward(self, images, depth):
         self.calls += 1
-        return self.inner(torch.nn.functional.avg_pool2d(images, 2))
+        pool = torch.nn.functional.avg_pool2d
+        return self.inner(pool(images, 2), pool(depth[:, None], 2)[:, 0])
 
 
 def _batch(n=6, seed=0):
@@ -94,27 +97,109 @@ def test_init_3d_equals_2d_and_disabled_equals_backbone():
     out = branch(x)
     assert not torch.allclose(out.tokens_2d, out.tokens_3d)  # adapters now matter on the 3-D path
     with torch.no_grad():
-        expected = ref(pixel_values=x).last_hidden_state[:, 1:]
+        expected = patch_tokens(ref, x)
     # adapters disabled = the unwrapped backbone exactly
     assert torch.equal(out.tokens_2d, expected)  # same kernel
 
 
-def test_recorder_matches_output_attentions_and_validates():
+def test_recorder_matches_manual_attention_and_validates():
+    torch.manual_seed(0)
     vit = build_vit(S, 4, D, 2, H)
     x = _batch(3)["rgb"]
-    with AttentionRecorder(vit, NAMES) as rec:
-        out = vit(pixel_values=x, output_attentions=True)
-    for i, n in enumerate(NAMES):
-        assert torch.equal(rec.attn[n], out.attentions[i])  # same kernel: recorded in the same pass
+    with AttentionRecorder(vit, NAMES) as rec, torch.no_grad():
+        vit(x)
+    with torch.no_grad():  # block 0's attention recomputed by hand from timm's modules
+        h = vit.norm_pre(vit.patch_drop(vit._pos_embed(vit.patch_embed(x))))
+        blk = vit.blocks[0]
+        q, k, _ = blk.attn.qkv(blk.norm1(h)).reshape(3, h.shape[1], 3, H, D // H).permute(2, 0, 3, 1, 4)
+        manual = ((q * (D // H) ** -0.5) @ k.transpose(-2, -1)).softmax(-1)
+    # fp32 softmax over T = 17 keys of a length-8 dot product: a few ulp apart at most
+    assert rec.attn[NAMES[0]].shape == (3, H, 17, 17)
+    assert torch.allclose(rec.attn[NAMES[0]], manual, atol=1e-6, rtol=1e-5)
+    assert torch.allclose(rec.attn[NAMES[1]].sum(-1), torch.ones(3, H, 17), atol=1e-5)
     with pytest.raises(ValueError, match="layer_names"):
-        AttentionRecorder(vit, ["layers.9.attention"])
+        AttentionRecorder(vit, ["blocks.9.attn"])
     with pytest.raises(ValueError, match="layer_names"):
         AttentionRecorder(vit, [])
 
 
+def test_backbone_and_expert_are_timm_and_policy_is_a_transformers_lm():
+    from timm.models.vision_transformer import VisionTransformer
+    from transformers import LlamaModel
+
+    model, expert = _model()
+    assert isinstance(model.visual.base, VisionTransformer)
+    assert isinstance(expert.inner.vit, VisionTransformer) and expert.inner.channels == 4
+    assert isinstance(model.policy.lm, LlamaModel)
+    lora = [n for n, _ in model.named_parameters() if "lora_A" in n]
+    assert lora and all(".attn.qkv." in n or ".attn.proj." in n for n in lora)  # not patch_embed.proj
+    with pytest.raises(TypeError, match="backbone"):
+        SpatialLoRABranch(nn.Sequential(nn.Linear(4, 4)), _lora(), ["0"])
+
+
+def test_lora_reduces_to_base_when_b_is_zero():
+    branch = _branch()
+    x = _batch(3)["rgb"]
+    _randomise_lora(branch)
+    assert not torch.allclose(branch(x).tokens_3d, branch(x).tokens_2d)
+    with torch.no_grad():
+        for n, p in branch.named_parameters():
+            if "lora_B" in n:
+                p.zero_()
+    out = branch(x)
+    assert torch.equal(out.tokens_3d, out.tokens_2d)  # same kernel: B = 0 adds an exact 0
+
+
+def test_language_and_depth_inputs_change_the_output():
+    torch.manual_seed(0)
+    model = _model()[0].eval()
+    b = _batch(4)
+    a1 = model.predict_action(b["rgb"], b["instruction"])
+    other = encode_instructions(["reach blue cube"] * 4)
+    a2 = model.predict_action(b["rgb"], other)
+    assert a1.shape == (4, 3) and not torch.allclose(a1, a2)  # the LM reads the instruction
+    _randomise_lora(model.visual)
+    s1 = model.training_step(b)["srd"]
+    s2 = model.training_step(dict(b, depth=b["depth"].flip(-1)))["srd"]
+    assert float(s1) > 0 and not torch.allclose(s1, s2)  # the expert reads the depth map
+
+
+def test_instruction_encoding_and_policy_inputs_are_checked():
+    ids = encode_instructions(["reach red sphere", "Reach purple cube"])
+    assert ids.tolist() == [[0, 1, 6], [0, 5, 7]]
+    with pytest.raises(ValueError, match="texts"):
+        encode_instructions(["reach pink cube"])
+    with pytest.raises(TypeError, match="texts"):
+        encode_instructions("reach red cube")
+    pol = LanguagePolicy(D, 32, dim=D)
+    vis, pos = torch.randn(2, 5, D), torch.arange(5).expand(2, -1)
+    assert pol(ids, vis, pos).shape == (2, 3)
+    with pytest.raises(TypeError, match="instruction"):
+        pol(ids.float(), vis, pos)
+    with pytest.raises(ValueError, match="instruction"):
+        pol(ids + 20, vis, pos)
+    with pytest.raises(ValueError, match="visual"):
+        pol(ids, vis[:1], pos[:1])
+    expert = ExpertAttention(build_vit(S, 4, D, 2, 2, channels=4), NAMES)
+    with pytest.raises(ValueError, match="depth"):
+        expert(torch.rand(2, 3, S, S))
+    with pytest.raises(ValueError, match="depth"):
+        rgbd(torch.rand(2, 3, S, S), torch.rand(2, S, S + 1))
+
+
+def test_gradient_reaches_lm_router_lora_and_mixing():
+    model, _ = _model()
+    model.training_step(_batch())["loss"].backward()
+    for name, mod in (("lm", model.policy.lm), ("router", model.router), ("head", model.policy.head)):
+        assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in mod.parameters()), name
+    assert model.distill.mix_logits.grad is not None
+    lora_a = [p for n, p in model.named_parameters() if "lora_A" in n]
+    assert lora_a and all(p.requires_grad for p in lora_a)
+
+
 def test_bad_inputs_raise_clear_errors():
     with pytest.raises(ValueError, match="rank"):
-        SpatialLoRABranch(build_vit(S, 4, D, 2, H), LoraConfig(r=0, target_modules=["q_proj"]), NAMES)
+        SpatialLoRABranch(build_vit(S, 4, D, 2, H), LoraConfig(r=0, target_modules=["qkv"]), NAMES)
     with pytest.raises(TypeError, match="lora_config"):
         SpatialLoRABranch(build_vit(S, 4, D, 2, H), {"r": 4}, NAMES)
     branch = _branch()
@@ -178,11 +263,11 @@ def test_trainable_parameters_counts_only_adapters_router_policy_heads():
 
 def test_expert_only_called_in_training():
     torch.manual_seed(0)
-    expert = _ExpertOnSmall(ExpertAttention(build_vit(8, 4, D, 2, 2), NAMES))
+    expert = _ExpertOnSmall(ExpertAttention(build_vit(8, 4, D, 2, 2, channels=4), NAMES))
     model = SparkVLA(
         _branch(),
         KnowledgeRouter(D, cond_dim=D),
-        TinyPolicy(D, 32, dim=D),
+        LanguagePolicy(D, 32, dim=D),
         expert,
         AttentionDistillationLoss(list(zip(NAMES, NAMES)), H, 2),
     )
@@ -190,7 +275,7 @@ def test_expert_only_called_in_training():
     model.predict_action(b["rgb"], b["instruction"])
     assert expert.calls == 0
     out = model.training_step(b)
-    assert expert.calls == 1 and math.isfinite(float(out["loss"])) and float(out["srd"]) > 0
+    assert expert.calls == 1 and math.isfinite(float(out["loss"].detach())) and float(out["srd"]) > 0
     model.predict_action(b["rgb"], b["instruction"])
     assert expert.calls == 1
 
@@ -201,7 +286,7 @@ def test_training_step_is_deterministic_and_ablations_run():
     assert all(torch.equal(a[k], b[k]) for k in a)
     for kw in ({"use_router": False}, {"route_supervision": False}):
         out = _model(**kw)[0].training_step(_batch())
-        assert float(out["route"]) == 0.0 and math.isfinite(float(out["loss"]))
+        assert float(out["route"]) == 0.0 and math.isfinite(float(out["loss"].detach()))
 
 
 def test_distillation_zero_when_identical_positive_otherwise():
@@ -337,7 +422,9 @@ def test_cached_expert_and_2d_tokens_equal_online_path():
     ref = online.training_step(b)
     with torch.no_grad():
         cached = dict(
-            b, tokens_2d=online.visual(b["rgb"], "2d").tokens_2d, expert_attn=online.expert[0](b["rgb"])
+            b,
+            tokens_2d=online.visual(b["rgb"], "2d").tokens_2d,
+            expert_attn=online.expert[0](b["rgb"], b["depth"]),
         )
     calls = online.expert[0].calls
     out = online.training_step(cached)

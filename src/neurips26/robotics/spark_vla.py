@@ -13,11 +13,14 @@ SPARK-VLA, spatial knowledge for a VLA model via attention distillation from a f
 LoRA visual branch, with a gradient-supervised token router; a 0.5B language backbone and about 50M
 trainable parameters. No public version was found; spec ``shared/specs/spark_vla.md``.
 
-Why ``transformers``' ViT instead of timm: timm and torchvision do not import beside the CPU torch build
-of this environment, so the visual backbone and the expert are ``transformers.ViTModel`` built from a
-``ViTConfig`` (no download) with ``attn_implementation="eager"``, whose attention modules return their
-probabilities (hookable by :class:`AttentionRecorder`). The LoRA branch is real ``peft``
-(``LoraConfig`` + ``get_peft_model``; the 2-D pass runs inside ``PeftModel.disable_adapter()``).
+Components: the visual backbone and the 3-D expert are small timm ``VisionTransformer`` models
+(``timm.create_model(..., pretrained=False)``, see :func:`build_vit`) whose attention modules run their eager
+path so :class:`AttentionRecorder` can read the probabilities. The LoRA branch is real ``peft``
+(``LoraConfig`` + ``get_peft_model`` on the timm model's attention ``Linear`` layers; the 2-D pass runs inside
+``PeftModel.disable_adapter()``). The expert stand-in is an RGB-D ViT: it reads the rendered depth map with
+the image (:func:`rgbd`), in training only. The policy is a small causal language model
+(``transformers.LlamaModel`` from config, :class:`LanguagePolicy`) conditioned on the instruction words and
+the routed visual tokens.
 
 Method
 ------
@@ -40,7 +43,7 @@ Shapes
 - tokens_2d, tokens_3d: ``(B, N, d)`` (CLS dropped); candidates ``(B, 2N, d)``.
 - attention maps (patch part, rows renormalised): ``(B, h, N, N)``; expert ``(B, h_e, N_e, N_e)``.
 - router: scores ``(B, 2N)``, indices ``(B, k)``, selected ``(B, k, d)``.
-- instruction tokens: ``(B, L)`` int64; actions ``(B, A)``.
+- instruction tokens: ``(B, L)`` int64 (:func:`encode_instructions`); depth ``(B, S, S)``; actions ``(B, A)``.
 
 The :class:`TabletopScenes` renderer (spec's generated data) lives here because the spec's
 ``neurips26.data`` package does not exist in this library.
@@ -69,7 +72,10 @@ __all__ = [
     "RouterSupervisionLoss",
     "action_gradient_targets",
     "ExpertAttention",
-    "TinyPolicy",
+    "LanguagePolicy",
+    "encode_instructions",
+    "patch_tokens",
+    "rgbd",
     "SparkVLA",
     "TabletopScenes",
     "render_objects",
@@ -81,7 +87,7 @@ __all__ = [
 COLOURS = np.array([[0.9, 0.1, 0.1], [0.1, 0.8, 0.1], [0.15, 0.3, 0.95], [0.95, 0.85, 0.1], [0.8, 0.2, 0.85]])
 SHAPES = ("sphere", "cube")
 # vocabulary: 0 = "reach", 1..5 colours, 6..7 shapes
-VOCAB = 8
+VOCAB = 8  # == len(WORDS)
 
 
 # ----------------------------------------------------------------------------------------------- data
@@ -196,22 +202,47 @@ def build_vit(
     heads: int = 4,
     channels: int = 3,
 ):
-    """A small ``transformers.ViTModel`` from config (no download), eager attention, no pooler."""
-    from transformers import ViTConfig, ViTModel
+    """A small timm ``VisionTransformer`` (``timm.create_model(..., pretrained=False)``, no download).
 
-    cfg = ViTConfig(
-        image_size=image_size,
-        patch_size=patch_size,
-        num_channels=channels,
-        hidden_size=dim,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        intermediate_size=2 * dim,
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
+    One CLS token, no head (``num_classes=0``, ``global_pool=""``), MLP ratio 2, no dropout. Every attention
+    module runs the eager path (``fused_attn = False``) so its probabilities pass through ``attn_drop``,
+    where :class:`AttentionRecorder` reads them.
+    """
+    import timm
+
+    vit = timm.create_model(
+        "vit_tiny_patch16_224",
+        pretrained=False,
+        img_size=check_int("image_size", image_size, low=1),
+        patch_size=check_int("patch_size", patch_size, low=1),
+        in_chans=check_int("channels", channels, low=1),
+        embed_dim=check_int("dim", dim, low=1),
+        depth=check_int("layers", layers, low=1),
+        num_heads=check_int("heads", heads, low=1),
+        mlp_ratio=2.0,
+        num_classes=0,
+        global_pool="",
+        drop_rate=0.0,
+        attn_drop_rate=0.0,
+        drop_path_rate=0.0,
     )
-    cfg._attn_implementation = "eager"
-    return ViTModel(cfg, add_pooling_layer=False)
+    for block in vit.blocks:
+        block.attn.fused_attn = False
+    return vit
+
+
+def patch_tokens(vit: nn.Module, images: torch.Tensor) -> torch.Tensor:
+    """Final (normed) patch tokens ``(B, N, d)`` of a timm ViT; the CLS (prefix) tokens are dropped."""
+    return vit.forward_features(images)[:, vit.num_prefix_tokens :]
+
+
+def rgbd(rgb: torch.Tensor, depth: torch.Tensor) -> torch.Tensor:
+    """The 3-D expert's input: RGB ``(B, 3, S, S)`` and normalised depth ``(depth - 5) / 2`` -> ``(B, 4, S, S)``."""
+    check_tensor("rgb", rgb)
+    check_tensor("depth", depth)
+    if rgb.dim() != 4 or depth.shape != (rgb.shape[0], *rgb.shape[2:]):
+        raise ValueError(f"depth must be (B, S, S) matching rgb {tuple(rgb.shape)}, got {tuple(depth.shape)}")
+    return torch.cat([rgb, ((depth - 5.0) / 2.0)[:, None]], dim=1)
 
 
 def patch_attention(attn: torch.Tensor) -> torch.Tensor:
@@ -223,8 +254,10 @@ def patch_attention(attn: torch.Tensor) -> torch.Tensor:
 class AttentionRecorder:
     """Context manager: forward hooks on the named attention modules store their probabilities.
 
-    ``model`` must use eager attention modules returning ``(output, probs)``; ``recorder.attn[name]`` is
-    the ``(B, h, T, T)`` probability tensor of the last forward (graph kept, so it can be trained on).
+    A timm ``Attention`` module (one with ``attn_drop``) is switched to its eager path and its probabilities
+    are read at the output of ``attn_drop``; any other module must return ``(output, probs)`` (e.g. eager
+    ``transformers`` attention). ``recorder.attn[name]`` is the ``(B, h, T, T)`` probability tensor of the
+    last forward (graph kept, so it can be trained on).
     """
 
     def __init__(self, model: nn.Module, layer_names: Sequence[str]):
@@ -238,12 +271,22 @@ class AttentionRecorder:
         if missing:
             raise ValueError(f"layer_names {missing} are not modules of the model; e.g. {list(modules)[1:6]}")
         self.model, self.layer_names = model, names
-        self._modules = [modules[n] for n in names]
+        self._modules = []
+        for n in names:
+            m = modules[n]
+            if isinstance(getattr(m, "attn_drop", None), nn.Module):  # timm Attention: eager path, hook probs
+                m.fused_attn = False
+                self._modules.append((m.attn_drop, True))
+            else:
+                self._modules.append((m, False))
         self._handles: list = []
         self.attn: dict[str, torch.Tensor] = {}
 
-    def _hook(self, name: str) -> Callable:
+    def _hook(self, name: str, direct: bool) -> Callable:
         def hook(_module, _inputs, output):
+            if direct:
+                self.attn[name] = output
+                return
             probs = output[1] if isinstance(output, tuple) and len(output) > 1 else None
             if probs is None:
                 raise RuntimeError(
@@ -256,7 +299,8 @@ class AttentionRecorder:
     def __enter__(self) -> AttentionRecorder:
         self.attn = {}
         self._handles = [
-            m.register_forward_hook(self._hook(n)) for n, m in zip(self.layer_names, self._modules)
+            m.register_forward_hook(self._hook(n, direct))
+            for n, (m, direct) in zip(self.layer_names, self._modules)
         ]
         return self
 
@@ -293,11 +337,12 @@ MAX_PIXEL = 1e3
 
 
 class SpatialLoRABranch(nn.Module):
-    """Frozen base ViT plus peft LoRA adapters; ``forward(images, branch='2d'|'3d'|'both')``.
+    r"""Frozen base ViT plus peft LoRA adapters; ``forward(images, branch='2d'|'3d'|'both')``.
 
     The 2-D pass runs with adapters disabled (exactly the base model); the 3-D pass with adapters
-    enabled, recording the attention of ``attn_layers`` (names inside the base ViT, e.g.
-    ``"layers.3.attention"``). Only the adapters are trainable.
+    enabled, recording the attention of ``attn_layers`` (names inside the base timm ViT, e.g.
+    ``"blocks.3.attn"``). Only the adapters are trainable; target the LoRA at the attention ``Linear``
+    layers, e.g. ``target_modules=r".*blocks\.\d+\.attn\.(qkv|proj)"``.
     """
 
     def __init__(self, backbone: nn.Module, lora_config, attn_layers: Sequence[str]):
@@ -308,12 +353,15 @@ class SpatialLoRABranch(nn.Module):
             raise TypeError(f"lora_config must be a peft.LoraConfig, got {type(lora_config).__name__}")
         if not isinstance(lora_config.r, int) or lora_config.r < 1:
             raise ValueError(f"lora_config.r (LoRA rank) must be an int >= 1, got {lora_config.r!r}")
-        if not hasattr(backbone, "config") or not hasattr(backbone.config, "image_size"):
-            raise TypeError("backbone must be a transformers ViTModel (needs .config.image_size)")
+        if not hasattr(backbone, "patch_embed") or not hasattr(backbone, "forward_features"):
+            raise TypeError(
+                f"backbone must be a timm VisionTransformer (see build_vit), got {type(backbone).__name__}"
+            )
         for p in backbone.parameters():
             p.requires_grad_(False)
         AttentionRecorder(backbone, attn_layers)  # validates names before wrapping
-        self.image_size, self.channels = int(backbone.config.image_size), int(backbone.config.num_channels)
+        self.image_size = int(backbone.patch_embed.img_size[0])
+        self.channels = int(backbone.patch_embed.proj.in_channels)
         self.attn_layers = list(attn_layers)
         self.peft = get_peft_model(backbone, lora_config)
         self._rec = AttentionRecorder(self.peft.base_model.model, self.attn_layers)
@@ -325,11 +373,11 @@ class SpatialLoRABranch(nn.Module):
     def _pass(self, images, adapters: bool):
         with self._rec as rec:
             if adapters:
-                out = self.peft(pixel_values=images).last_hidden_state
+                out = patch_tokens(self.base, images)
             else:
                 with self.peft.disable_adapter():
-                    out = self.peft(pixel_values=images).last_hidden_state
-        return out[:, 1:], {k: patch_attention(v) for k, v in rec.attn.items()}
+                    out = patch_tokens(self.base, images)
+        return out, {k: patch_attention(v) for k, v in rec.attn.items()}
 
     def forward(self, images: torch.Tensor, branch: str = "both") -> BranchOutput:
         check_choice("branch", branch, ("2d", "3d", "both"))
@@ -343,7 +391,12 @@ class SpatialLoRABranch(nn.Module):
 
 
 class ExpertAttention(nn.Module):
-    """Frozen expert ViT wrapper: ``forward(images) -> {layer: (B, h_e, N_e, N_e)}`` patch attention."""
+    """Frozen 3-D expert (a timm ViT): ``forward(images, depth=None) -> {layer: (B, h_e, N_e, N_e)}``.
+
+    An RGB-D expert (4 input channels) reads the images plus the depth map (:func:`rgbd`; ``depth`` is
+    required then and ignored for an RGB expert); it runs in training only, so the policy never needs depth
+    at inference.
+    """
 
     def __init__(self, vit: nn.Module, layer_names: Sequence[str]):
         super().__init__()
@@ -351,13 +404,23 @@ class ExpertAttention(nn.Module):
         for p in self.vit.parameters():
             p.requires_grad_(False)
         self._rec = AttentionRecorder(vit, layer_names)
+        self.channels = int(vit.patch_embed.proj.in_channels)
         self.calls = 0
 
     @torch.no_grad()
-    def forward(self, images: torch.Tensor) -> dict[str, torch.Tensor]:
+    def forward(self, images: torch.Tensor, depth: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         self.calls += 1
+        check_tensor("images", images)
+        needs_depth = images.dim() == 4 and self.channels == images.shape[1] + 1
+        if needs_depth and depth is None:
+            raise ValueError(f"depth is required: the expert reads {self.channels} channels (RGB-D)")
+        x = rgbd(images, depth) if needs_depth else images
+        if x.dim() != 4 or x.shape[1] != self.channels:
+            raise ValueError(
+                f"images must be (B, {self.channels}, S, S) for the expert, got {tuple(x.shape)}"
+            )
         with self._rec as rec:
-            self.vit(pixel_values=images)
+            self.vit(x)
         return {k: patch_attention(v) for k, v in rec.attn.items()}
 
 
@@ -537,13 +600,28 @@ class RouterSupervisionLoss(nn.Module):
 
 
 # -------------------------------------------------------------------------------------------- policy
-class TinyPolicy(nn.Module):
-    """Tiny transformer over ``[action query; instruction; visual tokens]`` with an MLP action head.
+WORDS = ("reach", "red", "green", "blue", "yellow", "purple", "sphere", "cube")  # token id = index
 
-    The action query is a learned vector plus the pooled instruction embedding (:meth:`cond`), so its first
-    attention layer can already look for the referenced object.
 
-    Visual tokens carry a learned embedding of their candidate index (position within a branch and branch).
+def encode_instructions(texts: Sequence[str]) -> torch.Tensor:
+    """Word-level tokenizer of the instruction language: ``["reach red cube", ...] -> (B, L)`` int64 ids."""
+    if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
+        raise TypeError("texts must be a sequence of strings")
+    rows = [t.lower().split() for t in texts]
+    bad = sorted({w for r in rows for w in r if w not in WORDS})
+    if bad or not rows or len({len(r) for r in rows}) != 1 or not rows[0]:
+        raise ValueError(f"texts must be equal-length, non-empty word sequences over {WORDS}; unknown: {bad}")
+    return torch.tensor([[WORDS.index(w) for w in r] for r in rows], dtype=torch.long)
+
+
+class LanguagePolicy(nn.Module):
+    """A small causal language model (``transformers.LlamaModel`` from a ``LlamaConfig``, no download) over
+    ``[instruction tokens; visual tokens; action query]``, with an MLP action head on the last position.
+
+    Instruction words are embedded by the LM's own token embedding; visual tokens are projected to the LM
+    width plus a learned embedding of their candidate index (position within a branch and branch); the action
+    query (last, so causal attention lets it see everything) is a learned vector plus the pooled instruction
+    embedding (:meth:`cond`). The LM is trained from its random init together with the head.
     """
 
     def __init__(
@@ -557,34 +635,56 @@ class TinyPolicy(nn.Module):
         action_dim: int = 3,
     ):
         super().__init__()
+        from transformers import LlamaConfig, LlamaModel
+
         self.dim = check_int("dim", dim, low=1)
-        self.embed = nn.Embedding(check_int("vocab", vocab, low=1), dim)
+        self.vocab = check_int("vocab", vocab, low=1)
+        cfg = LlamaConfig(
+            vocab_size=self.vocab,
+            hidden_size=dim,
+            intermediate_size=2 * dim,
+            num_hidden_layers=check_int("layers", layers, low=1),
+            num_attention_heads=check_int("heads", heads, low=1),
+            num_key_value_heads=heads,
+            max_position_embeddings=512,
+            attention_dropout=0.0,
+        )
+        cfg._attn_implementation = "sdpa"
+        self.lm = LlamaModel(cfg)
         self.proj = nn.Linear(check_int("visual_dim", visual_dim, low=1), dim)
         self.pos = nn.Embedding(check_int("n_positions", n_positions, low=1), dim)
         self.query = nn.Parameter(torch.zeros(1, 1, dim))
-        layer = nn.TransformerEncoderLayer(dim, heads, 2 * dim, dropout=0.0, batch_first=True)
-        self.encoder = nn.TransformerEncoder(
-            layer, check_int("layers", layers, low=1), enable_nested_tensor=False
-        )
         self.head = nn.Sequential(
             nn.Linear(dim, dim), nn.GELU(), nn.Linear(dim, check_int("action_dim", action_dim, low=1))
         )
 
+    def _words(self, instruction: torch.Tensor) -> torch.Tensor:
+        if not isinstance(instruction, torch.Tensor) or instruction.dtype != torch.long:
+            raise TypeError("instruction must be an int64 tensor of token ids (see encode_instructions)")
+        if instruction.dim() != 2 or instruction.shape[1] == 0:
+            raise ValueError(f"instruction must be (B, L) with L >= 1, got {tuple(instruction.shape)}")
+        if instruction.numel() and (int(instruction.min()) < 0 or int(instruction.max()) >= self.vocab):
+            raise ValueError(f"instruction token ids must lie in [0, {self.vocab})")
+        return self.lm.embed_tokens(instruction)
+
     def cond(self, instruction: torch.Tensor) -> torch.Tensor:
-        return self.embed(instruction).mean(1)
+        """Pooled instruction embedding ``(B, dim)`` (the router's condition)."""
+        return self._words(instruction).mean(1)
 
     def forward(
         self, instruction: torch.Tensor, visual: torch.Tensor, positions: torch.Tensor
     ) -> torch.Tensor:
+        words = self._words(instruction)
+        if visual.dim() != 3 or visual.shape[0] != words.shape[0] or positions.shape != visual.shape[:2]:
+            raise ValueError(
+                f"visual must be (B, T, d) and positions (B, T) with B = {words.shape[0]}, got "
+                f"{tuple(visual.shape)} and {tuple(positions.shape)}"
+            )
         x = torch.cat(
-            [
-                self.query + self.cond(instruction)[:, None],  # the action query knows what to reach
-                self.embed(instruction),
-                self.proj(visual) + self.pos(positions),
-            ],
-            dim=1,
+            [words, self.proj(visual) + self.pos(positions), self.query + words.mean(1, keepdim=True)], dim=1
         )
-        return self.head(self.encoder(x)[:, 0])
+        hidden = self.lm(inputs_embeds=x, use_cache=False).last_hidden_state
+        return self.head(hidden[:, -1])
 
 
 # ------------------------------------------------------------------------------------------ SPARK-VLA
@@ -599,7 +699,7 @@ class SparkVLA(nn.Module):
         self,
         visual: SpatialLoRABranch,
         router: KnowledgeRouter,
-        policy: TinyPolicy,
+        policy: LanguagePolicy,
         expert: nn.Module | None = None,
         distill: AttentionDistillationLoss | None = None,
         lambda_srd: float = 0.5,
@@ -649,7 +749,9 @@ class SparkVLA(nn.Module):
         srd = zero
         if self.distill is not None:
             teacher = batch.get("expert_attn")
-            srd = self.distill(out.attn_3d, self.expert[0](images) if teacher is None else teacher)
+            if teacher is None:
+                teacher = self.expert[0](images, batch.get("depth"))
+            srd = self.distill(out.attn_3d, teacher)
         route = zero
         if r is not None and self.route_supervision:
             dense = cand.detach().requires_grad_(True)
