@@ -8,8 +8,8 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from neurips26.inference.adkv import ADKVCache, ADKVConfig, calibrate_adkv, kernel
-from neurips26.inference.adkv.cache import ADKVStored
 from neurips26.inference.adkv.calibrate import select_on_validation, validation_errors
+from neurips26.inference.adkv.stored import ADKVStored
 from neurips26.inference.quant.attention import register_codes_attention
 
 F32 = torch.finfo(torch.float32).eps

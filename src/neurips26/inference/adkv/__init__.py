@@ -83,7 +83,8 @@ Modules
 - :mod:`.calibrate`: :func:`record_qkv`, :func:`calibrate_streams`, :func:`calibrate_adkv`.
 """
 
-from neurips26.inference.adkv.cache import ADKVCache, ADKVLayer, GroupwiseStaticCache
+from neurips26.inference.adkv.baseline import GroupwiseStaticCache
+from neurips26.inference.adkv.cache import ADKVCache, ADKVLayer
 from neurips26.inference.adkv.calibrate import calibrate_adkv, calibrate_streams, record_qkv
 from neurips26.inference.adkv.memory import adkv_memory_formula, metadata_bits
 from neurips26.inference.adkv.outliers import (

@@ -1,8 +1,9 @@
-r"""ADKV as a ``transformers`` KV cache: :class:`ADKVLayer`, :class:`ADKVCache`, and the static baseline.
+r"""ADKV as a ``transformers`` KV cache: :class:`ADKVLayer` and :class:`ADKVCache`.
 
 :class:`ADKVLayer` keeps a full-precision residual window and ADKV-codes flushed blocks of keys (and
-values), with outlier channels stored exactly in fp16; :class:`GroupwiseStaticCache` is the static
-group-wise (KIVI-style) baseline with per-group zero-point and scale.
+values), with outlier channels stored exactly in fp16. The codes attention over the stored tokens is
+:class:`~neurips26.inference.adkv.stored.ADKVStored`; the static group-wise baseline is
+:class:`~neurips26.inference.adkv.baseline.GroupwiseStaticCache`.
 
 .. math::
     \hat K = \mathrm{decode}(\mathrm{codes}_K; z_1, a_1, \eta_z, \eta_s, \gamma)
@@ -33,7 +34,6 @@ from neurips26.inference.adkv.outliers import (
 from neurips26.inference.adkv.quantizer import _META, ADKVConfig, ADKVQuantizer, ADKVState, _check_fp16_range
 from neurips26.inference.quant import (
     FULL_PRECISION_BITS,
-    KIVICache,
     QuantizedKVCacheMixin,
     QuantizedTensor,
     ResidualWindowLayer,
@@ -132,7 +132,9 @@ class ADKVLayer(ResidualWindowLayer):
         doc="fp16 key outlier channels ``[B, H, Tq, n]``.",
     )
     value_outlier_values = property(lambda self: self._bufs["value_outlier_values"].view())
-    key_sink = property(lambda self: self._bufs["key_sink"].view(), doc="fp16 sink tokens ``[B, H, n_sink, D]``.")
+    key_sink = property(
+        lambda self: self._bufs["key_sink"].view(), doc="fp16 sink tokens ``[B, H, n_sink, D]``."
+    )
     value_sink = property(lambda self: self._bufs["value_sink"].view())
     _sim_k = property(lambda self: self._bufs["_sim_k"].view())
     _sim_v = property(lambda self: self._bufs["_sim_v"].view())
@@ -367,6 +369,8 @@ class ADKVLayer(ResidualWindowLayer):
             or cfg.n_outliers
         ):
             return None
+        from neurips26.inference.adkv.stored import ADKVStored
+
         return ADKVStored(self)
 
     def _replay_into(self, outs: list[torch.Tensor], ns: int, tq: int) -> None:
@@ -499,7 +503,14 @@ class ADKVLayer(ResidualWindowLayer):
         out: list[tuple[str, torch.Tensor | None]] = []
         if self.is_initialized:
             out += [("window", self.keys), ("window", self.values)]
-        for name in ("key_codes", "value_codes", "key_outlier_values", "value_outlier_values", "key_sink", "value_sink"):
+        for name in (
+            "key_codes",
+            "value_codes",
+            "key_outlier_values",
+            "value_outlier_values",
+            "key_sink",
+            "value_sink",
+        ):
             out.append(("codes", self._bufs[name].held()))
         for b in self.value_blocks:
             out += [("codes", b.codes), ("group_params", b.scale), ("group_params", b.zero)]
@@ -566,75 +577,6 @@ class ADKVLayer(ResidualWindowLayer):
             "total": payload + metadata + residual,
             "elements": elements,
         }
-
-
-class ADKVStored:
-    """An :class:`ADKVLayer`'s stored tokens for the codes attention, as of one update: the fp16 sink
-    tokens (attended exactly) and the key/value code streams (replayed by
-    :func:`neurips26.inference.adkv.kernel.replay_attend` inside the scores and the weighted value sum)."""
-
-    def __init__(self, layer: ADKVLayer):
-        self.length = layer.encoded_length
-        self.ns = layer.sink_length
-        self.key_sink, self.value_sink = layer.key_sink, layer.value_sink
-        self.streams = []
-        st = layer.stream_state
-        if st is None:
-            return
-        # the decoder constants (initial steps, floors, gains) are fixed once the streams start: kept on the
-        # layer while its initial state and parameters are the same tensors (a reorder or repeat replaces them)
-        key = getattr(layer, "_replay_consts", None)
-        if key is None or key[0] is not st.z1 or key[1] is not layer.sq.params:
-            layer._replay_consts = (st.z1, layer.sq.params, self._constants(layer, st))
-        consts = layer._replay_consts[2]
-        for codes, c in zip((layer.key_codes, layer.value_codes), consts):
-            self.streams.append(dict(codes=codes if codes.stride(-1) == 1 else codes.contiguous(), **c))
-
-    @staticmethod
-    def _constants(layer: ADKVLayer, st: ADKVState) -> list[dict[str, Any]]:
-        sq, cfg = layer.sq, layer.config
-        params = sq.params  # [S, 1, H, 3, D]
-        eta_z, _, gamma = sq._split(params, torch.float64, True)  # [S, 1, H, D] each
-        gain = sq.log_gain_table(params).exp()  # [S, 1, H, L, D]
-        level = torch.arange(1 << cfg.bits, dtype=torch.float64, device=params.device) - cfg.offset + cfg.half
-        out = []
-        for i in range(2):
-            z1 = st.z1[i].to(torch.float64)  # [B, H, D]
-            s1, _ = sq._start(st.select(i), gamma[i], torch.float64)
-            s1 = s1.expand_as(z1).contiguous()
-            smin = (s1 * cfg.s_min_rel).contiguous()
-            out.append(
-                dict(
-                    gain=gain[i, 0].contiguous(),
-                    level=level,
-                    z1=z1.contiguous(),
-                    s1=s1,
-                    smin=smin,
-                    eta_z=eta_z[i, 0].contiguous(),
-                    bits=cfg.bits,
-                )
-            )
-        return out
-
-    def scores(self, q: torch.Tensor, out: torch.Tensor) -> None:
-        """``out[..., t] = q . K_t`` for the stored tokens (``q [B, H, R, d]`` float32, scale applied)."""
-        from neurips26.inference.adkv import kernel
-
-        ns = self.ns
-        if ns:
-            out[..., :ns] = torch.matmul(q, self.key_sink.to(q.dtype).transpose(-1, -2))
-        if self.streams:
-            kernel.replay_attend(q.float().contiguous(), mode=0, out=out[..., ns:], **self.streams[0])
-
-    def values(self, p: torch.Tensor, out: torch.Tensor) -> None:
-        """``out += sum_t p_t V_t`` over the stored tokens (``p [B, H, R, length]``, ``out [B, H, R, d]``)."""
-        from neurips26.inference.adkv import kernel
-
-        ns = self.ns
-        if ns:
-            out += torch.matmul(p[..., :ns], self.value_sink.to(p.dtype))
-        if self.streams:
-            kernel.replay_attend(p[..., ns:].float().contiguous(), mode=1, out=out, **self.streams[1])
 
 
 class ADKVCache(QuantizedKVCacheMixin, Cache):
@@ -772,32 +714,6 @@ class ADKVCache(QuantizedKVCacheMixin, Cache):
         state = quant.init_state(x[..., :n0, :])
         q, xh, end = quant.encode_raw(x, state)
         del x
-        for i, (layer, (k, v)) in enumerate(pairs):
+        for i, (layer, (_k, v)) in enumerate(pairs):
             layer.stream_state = end.select(i)._fields(torch.clone)  # own storage, not a slice of all layers
             layer._store(q[i], xh[i], outs[i], v[..., ns:n_enc, :])
-
-
-class GroupwiseStaticCache(KIVICache):
-    """Static group-wise baseline in the KIVI layout (keys per channel over ``group_size``-token blocks,
-    values per token over ``value_group_size`` channels) with ``residual_length=0`` by default.
-
-    Shapes
-    ------
-    ``update(key_states, value_states, layer_idx)``: ``[batch, kv_heads, new, head_dim]`` in; the layer's
-    full ``[batch, kv_heads, T, head_dim]`` keys and values out.
-    """
-
-    def __init__(
-        self,
-        config: Any,
-        bits: int = 2,
-        group_size: int = 128,
-        residual_length: int = 0,
-        value_group_size: int | None = 32,
-        keep_dequantized: bool = False,
-    ):
-        config = text_config(config)
-        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-        if value_group_size is not None:
-            value_group_size = min(value_group_size, head_dim)
-        super().__init__(config, bits, group_size, residual_length, value_group_size, keep_dequantized)

@@ -40,11 +40,9 @@ Shapes
 
 from __future__ import annotations
 
-import os
-import threading
-import warnings
-
 import torch
+
+from neurips26.inference.quant.cpp_op import InlineCppOp
 
 __all__ = ["available", "load", "replay_attend", "replay_attend_reference"]
 
@@ -175,49 +173,16 @@ TORCH_LIBRARY_IMPL(neurips26_adkv, CPU, m) {
 }
 """
 
-_STATE: dict[str, object] = {"tried": False, "ok": False, "error": None}
-_LOCK = threading.Lock()
+_OP = InlineCppOp(_NAME, _CPP, namespace="neurips26_adkv", probe="replay_attend", label="ADKV replay kernel")
 
 
 def load() -> bool:
     """Build (first time, then cached) and load the C++ operator; ``False`` where it cannot be built.
 
-    ``NEURIPS26_KV_KERNEL=0`` disables it (the torch reference path :func:`replay_attend_reference` runs
-    instead). A failed build is warned about once and not retried in this process.
+    ``NEURIPS26_KV_KERNEL=0`` disables it (every call then takes the torch path). A failed build is
+    warned about once and not retried in this process (:class:`~neurips26.inference.quant.cpp_op.InlineCppOp`).
     """
-    if os.environ.get("NEURIPS26_KV_KERNEL", "1") == "0":
-        return False
-    if _STATE["tried"]:
-        return bool(_STATE["ok"])
-    with _LOCK:
-        if _STATE["tried"]:
-            return bool(_STATE["ok"])
-        try:
-            if not hasattr(torch.ops, "neurips26_adkv") or not hasattr(
-                torch.ops.neurips26_adkv, "replay_attend"
-            ):
-                from torch.utils.cpp_extension import load_inline
-
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    load_inline(
-                        name=_NAME,
-                        cpp_sources=[_CPP],
-                        extra_cflags=["-O3", "-fopenmp"],
-                        extra_ldflags=["-fopenmp"],
-                        is_python_module=False,
-                        verbose=False,
-                    )
-            _STATE["ok"] = True
-        except Exception as exc:  # no compiler, no headers: the torch path still works
-            _STATE["error"] = f"{type(exc).__name__}: {exc}"
-            warnings.warn(
-                f"neurips26 ADKV replay kernel unavailable, using torch ops ({str(_STATE['error'])[:200]})",
-                RuntimeWarning,
-                stacklevel=2,
-            )
-        _STATE["tried"] = True
-    return bool(_STATE["ok"])
+    return _OP.load()
 
 
 def available() -> bool:

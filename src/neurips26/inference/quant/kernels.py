@@ -42,12 +42,9 @@ Shapes
 
 from __future__ import annotations
 
-import os
-import threading
-import warnings
-
 import torch
 
+from neurips26.inference.quant.cpp_op import InlineCppOp
 from neurips26.inference.quant.store import unpack_float
 
 __all__ = ["available", "key_scores", "value_accum", "load"]
@@ -299,47 +296,16 @@ TORCH_LIBRARY_IMPL(neurips26_kv, CPU, m) {
 }
 """
 
-_STATE: dict[str, object] = {"tried": False, "ok": False, "error": None}
-_LOCK = threading.Lock()
+_OP = InlineCppOp(_NAME, _CPP, namespace="neurips26_kv", probe="key_scores", label="KV-code kernel")
 
 
 def load() -> bool:
     """Build (first time, then cached) and load the C++ operator; ``False`` where it cannot be built.
 
     ``NEURIPS26_KV_KERNEL=0`` disables it (every call then takes the torch path). A failed build is
-    warned about once and not retried in this process.
+    warned about once and not retried in this process (:class:`~neurips26.inference.quant.cpp_op.InlineCppOp`).
     """
-    if os.environ.get("NEURIPS26_KV_KERNEL", "1") == "0":
-        return False
-    if _STATE["tried"]:
-        return bool(_STATE["ok"])
-    with _LOCK:
-        if _STATE["tried"]:
-            return bool(_STATE["ok"])
-        try:
-            if not hasattr(torch.ops, "neurips26_kv") or not hasattr(torch.ops.neurips26_kv, "key_scores"):
-                from torch.utils.cpp_extension import load_inline
-
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    load_inline(
-                        name=_NAME,
-                        cpp_sources=[_CPP],
-                        extra_cflags=["-O3", "-fopenmp"],
-                        extra_ldflags=["-fopenmp"],
-                        is_python_module=False,
-                        with_cuda=False,
-                        verbose=False,
-                    )
-            _STATE["ok"] = True
-        except Exception as exc:  # no compiler, no headers: the torch path serves
-            _STATE["error"] = f"{type(exc).__name__}: {exc}"
-            warnings.warn(
-                f"neurips26 KV-code kernel unavailable, using torch ops ({_STATE['error'][:200]})",
-                stacklevel=2,
-            )
-        _STATE["tried"] = True
-    return bool(_STATE["ok"])
+    return _OP.load()
 
 
 def available() -> bool:
