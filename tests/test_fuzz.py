@@ -1271,14 +1271,14 @@ def _specs_new() -> dict[str, Spec]:
 
         from neurips26.robotics import spark_vla
 
-        cfg = LoraConfig(r=r, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj"])
-        return spark_vla.SpatialLoRABranch(spark_vla.build_vit(16, 4, 32, 2, 4), cfg, ["layers.1.attention"])
+        cfg = LoraConfig(r=r, lora_alpha=8, lora_dropout=0.0, target_modules=["qkv"])
+        return spark_vla.SpatialLoRABranch(spark_vla.build_vit(16, 4, 32, 2, 4), cfg, ["blocks.1.attn"])
 
     def _spark_recorder(**kw):
         from neurips26.robotics import spark_vla
 
         return spark_vla.AttentionRecorder(
-            **{"model": spark_vla.build_vit(16, 4, 32, 2, 4), "layer_names": ["layers.0.attention"], **kw}
+            **{"model": spark_vla.build_vit(16, 4, 32, 2, 4), "layer_names": ["blocks.0.attn"], **kw}
         )
 
     s["spark_vla.SpatialLoRABranch"] = Spec(
@@ -1288,7 +1288,7 @@ def _specs_new() -> dict[str, Spec]:
         aliases={"r": ("lora_config.r", "rank")},
     )
     s["spark_vla.AttentionRecorder"] = Spec(
-        _spark_recorder, bad={"layer_names": ((), ("layers.9.attention",)), "model": ("not a module",)}
+        _spark_recorder, bad={"layer_names": ((), ("blocks.9.attn",)), "model": ("not a module",)}
     )
 
     def recpo_view(obs):
