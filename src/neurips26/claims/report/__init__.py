@@ -8,8 +8,8 @@ the table of the paper's headlines and what tests them, the metrics per arm, plo
 the HTML as base64), what is implemented, the differences from the paper, the data, provenance and
 the exact command to rerun it; finally a glossary of every metric and of the decision rule.
 
-Modules, by concern (this package re-exports every name they define; a name is looked up in the module
-that defines it, so patch it there):
+Modules, by concern. This package re-exports every name they define (private ones too, as the single
+module did); each module imports the names it uses, so a test patches a name in the module that uses it:
 
 - :mod:`~neurips26.claims.report.results`: load result files, re-judge them, freshness of code and torch.
 - :mod:`~neurips26.claims.report.cells`: one cell as text (mean +- sd, numbers, deciding criterion).
@@ -18,7 +18,7 @@ that defines it, so patch it there):
 - :mod:`~neurips26.claims.report.glossary`: the glossary.
 - :mod:`~neurips26.claims.report.plots`: default plots and the claim's plot hook.
 - :mod:`~neurips26.claims.report.ruler`: the RULER calibration section.
-- :mod:`~neurips26.claims.report.markdown` / :mod:`~neurips26.claims.report.html_page`: rendering.
+- :mod:`~neurips26.claims.report.render`: a claim's Markdown section and the HTML page.
 - :mod:`~neurips26.claims.report.build`: :func:`build_report`, which writes both files.
 
 The whole package is harness code (:data:`neurips26.claims.runner.HARNESS`): no claim imports it, so it is
@@ -49,18 +49,16 @@ from neurips26.claims.report.glossary import (  # noqa: F401 - private names kep
     GENERIC_GLOSSARY,
     glossary,
 )
-from neurips26.claims.report.html_page import (  # noqa: F401 - private names kept importable
+from neurips26.claims.report.plots import (  # noqa: F401 - private names kept importable
+    claim_plots,
+    default_plots,
+)
+from neurips26.claims.report.render import (  # noqa: F401 - private names kept importable
     _html,
     _html_rows,
     _img,
     _link_cell,
-)
-from neurips26.claims.report.markdown import (  # noqa: F401 - private names kept importable
     _section_md,
-)
-from neurips26.claims.report.plots import (  # noqa: F401 - private names kept importable
-    claim_plots,
-    default_plots,
 )
 from neurips26.claims.report.results import (  # noqa: F401 - private names kept importable
     _current_hash,

@@ -11,9 +11,8 @@ from pathlib import Path
 
 from neurips26.claims.report.cells import _md_table
 from neurips26.claims.report.glossary import glossary
-from neurips26.claims.report.html_page import _html
-from neurips26.claims.report.markdown import _section_md
 from neurips26.claims.report.plots import claim_plots
+from neurips26.claims.report.render import _html, _section_md
 from neurips26.claims.report.results import load_results, rejudged
 from neurips26.claims.report.ruler import RULER_HEADING, RULER_INTRO, _ruler_md, load_ruler, ruler_heatmap
 from neurips26.claims.report.seeds import committed_section
