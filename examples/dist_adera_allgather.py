@@ -112,9 +112,8 @@ def main(seed: int = 0) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         mp.spawn(worker, args=(seed, free_port(), tmp), nprocs=WORLD, join=True)
         ranks = [torch.load(os.path.join(tmp, f"rank{r}.pt")) for r in range(WORLD)]
-    reference = torch.stack(
-        [weights(seed, it).to(torch.bfloat16) for it in range(ITERS)]
-    )  # [ITERS, WORLD*SHARD]
+    # the single-process result: every iteration's full bf16 vector, [ITERS, WORLD * SHARD]
+    reference = torch.stack([weights(seed, it).to(torch.bfloat16) for it in range(ITERS)])
     eq_plain = all(torch.equal(bits(r["adera"]), bits(r["plain"])) for r in ranks)
     eq_ref = all(torch.equal(bits(r["adera"]), bits(reference)) for r in ranks)
     max_diff = max(float((r["adera"].float() - reference.float()).abs().max()) for r in ranks)

@@ -82,9 +82,8 @@ def loss_on_logprobs(model, tokenizer, seed: int) -> dict:
             "loss": float(loss.detach()),
             "reasoning_frac": metrics["reasoning_frac"],
             "clipfrac": metrics["clipfrac"],  # share of tokens whose ratio was clipped
-            "clip_widened_frac": metrics[
-                "clip_widened_frac"
-            ],  # reasoning tokens Archer keeps, GRPO would clip
+            # share of reasoning tokens that keep a gradient under Archer's wide clip but not under GRPO's
+            "clip_widened_frac": metrics["clip_widened_frac"],
             "grad_finite": bool(torch.isfinite(grad).all()),
             "grad_on_padding": float(grad[completion_mask == 0].abs().sum()),
         }
