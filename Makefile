@@ -73,7 +73,7 @@ bench: setup
 	$(BIN)/neurips26 bench $(if $(filter full,$(PROFILE)),,--quick)
 
 lint: setup
-	$(BIN)/ruff check src tests
+	$(BIN)/ruff check src tests examples
 
 clean:
 	rm -rf $(VENV) build *.egg-info
