@@ -240,7 +240,7 @@ def test_sgnn_bad_input(graph):
     with pytest.raises(ValueError, match="T"):
         SGNN(6, 8, 3, T=0)
     with pytest.raises(ValueError, match="conv"):
-        SGNN(6, 8, 3, conv="gat")
+        SGNN(6, 8, 3, conv="cheb")
     with pytest.raises(ValueError, match="neuron"):
         SGNN(6, 8, 3, neuron="Izhikevich")
     with pytest.raises(ValueError, match="norm"):
@@ -405,3 +405,176 @@ def test_ann_baselines_equivariant(graph, build):
     assert torch.allclose(model(xp, eip), model(graph.x, graph.edge_index)[perm], atol=1e-5)
     with pytest.raises(ValueError, match="in_channels=6"):
         model(torch.randn(60, 4), graph.edge_index)
+
+
+# ------------------------------------------------------------------------------------------- model zoo
+from neurips26.graph.sgnnbench import (  # noqa: E402
+    DRSGNN,
+    STFN,
+    SpikeGCL,
+    SpikeGraphormer,
+    SpikingGATConv,
+    SpikingLinearAttention,
+    ga_snn,
+    gc_snn,
+    random_walk_pe,
+)
+from neurips26.graph.sgnnbench.neurons import IF as _IF  # noqa: E402
+
+ZOO = {
+    "gc_snn": lambda f, c: gc_snn(f, 8, c, T=3),
+    "ga_snn": lambda f, c: ga_snn(f, 8, c, T=3),
+    "drsgnn": lambda f, c: DRSGNN(f, 8, c, T=3, pe_steps=4),
+    "spikegcl": lambda f, c: SpikeGCL(f, 8, c, T=3),
+    "spikegraphormer": lambda f, c: SpikeGraphormer(f, 8, c, T=3),
+}
+
+
+def _spike_outputs(model):
+    """Forward hooks collecting every neuron's output during one call."""
+    seen = []
+    hooks = [
+        m.register_forward_hook(lambda mod, i, o: seen.append(o))
+        for m in model.modules()
+        if isinstance(m, _IF)
+    ]
+    return seen, hooks
+
+
+@pytest.mark.parametrize("name", sorted(ZOO))
+def test_zoo_shapes_binary_spikes_rates_and_energy(name, graph):
+    torch.manual_seed(0)
+    model = ZOO[name](6, 3)
+    seen, hooks = _spike_outputs(model)
+    model.eval()
+    out = model(graph.x, graph.edge_index)
+    for h in hooks:
+        h.remove()
+    assert out.shape == (60, 3) and torch.isfinite(out).all()
+    assert seen and all(set(s.unique().tolist()) <= {0.0, 1.0} for s in seen)
+    rates = model.firing_rates()
+    assert rates and all(0.0 <= r <= 1.0 for r in rates.values())
+    rep = energy_report(model, graph)
+    assert rep.total_joules > 0 and 0.0 <= rep.float_share <= 1.0 and rep.ac_ops > 0
+
+
+@pytest.mark.parametrize("name", sorted(ZOO))
+def test_zoo_surrogate_gradient_reaches_first_layer(name, graph):
+    torch.manual_seed(0)
+    model = ZOO[name](6, 3)
+    loss = torch.nn.functional.cross_entropy(model(graph.x, graph.edge_index), graph.y)
+    loss.backward()
+    first = next(p for n, p in model.named_parameters() if p.dim() == 2)  # the input-side weight matrix
+    assert first.grad is not None and float(first.grad.abs().sum()) > 0
+    assert all(p.grad is None or torch.isfinite(p.grad).all() for p in model.parameters())
+
+
+@pytest.mark.parametrize("name", sorted(ZOO))
+def test_zoo_deterministic_and_stateless_between_calls(name, graph):
+    outs = []
+    for _ in range(2):
+        torch.manual_seed(3)
+        model = ZOO[name](6, 3).eval()
+        outs.append(model(graph.x, graph.edge_index))
+        outs.append(model(graph.x, graph.edge_index))  # membranes reset between calls
+    assert all(torch.equal(outs[0], o) for o in outs[1:])
+
+
+@pytest.mark.parametrize("name", sorted(ZOO))
+def test_zoo_bad_inputs(name, graph):
+    model = ZOO[name](6, 3)
+    with pytest.raises(ValueError, match="num_nodes"):
+        model(graph.x, torch.tensor([[0, 60], [1, 0]]))
+    with pytest.raises(ValueError, match="in_channels=6"):
+        model(torch.randn(60, 5), graph.edge_index)
+    with pytest.raises(ValueError, match="NaN"):
+        model(torch.full((60, 6), float("nan")), graph.edge_index)
+
+
+def test_zoo_constructor_errors():
+    with pytest.raises(ValueError, match="T"):
+        SpikeGCL(6, 8, 3, T=7)  # more groups than features
+    with pytest.raises(ValueError, match="neuron"):
+        SpikeGraphormer(6, 8, 3, neuron="HH")
+    with pytest.raises(ValueError, match="pe_steps"):
+        DRSGNN(6, 8, 3, pe_steps=0)
+    with pytest.raises(ValueError, match="heads"):
+        SpikingGATConv(6, 10, heads=4)
+    with pytest.raises(ValueError, match="norm"):
+        gc_snn(6, 8, 3, norm="layer")
+    with pytest.raises(ValueError, match="T"):
+        ga_snn(6, 8, 3, T=0)
+
+
+def test_stfn_standardises_each_node_and_scales_by_threshold():
+    norm = STFN(4, v_threshold=0.5)
+    z = torch.tensor([[1.0, 2.0, 3.0, 4.0], [10.0, 10.0, 10.0, 14.0]])
+    out = norm(z)
+    assert torch.allclose(out.mean(1), torch.zeros(2), atol=1e-6)
+    assert torch.allclose(out.pow(2).mean(1), torch.full((2,), 0.25), atol=1e-4)  # unit variance x 0.5^2
+    with pytest.raises(ValueError, match="z must be"):
+        norm(torch.randn(3, 5))
+
+
+def test_linear_attention_matches_dense_formula():
+    torch.manual_seed(0)
+    att = SpikingLinearAttention(5).eval()
+    s = (torch.rand(7, 5) > 0.5).float()
+    q = att.sn_q(att.bn_q(att.q(s)))
+    k = att.sn_k(att.bn_k(att.k(s)))
+    v = att.sn_v(att.bn_v(att.v(s)))
+    att.reset()
+    expected = att.bn_out(att.out((q @ k.t()) @ v / 7))  # all-pair form: N x N scores, same sums
+    assert torch.allclose(att(s), expected, atol=1e-5)
+
+
+def test_random_walk_pe_on_a_path_and_a_triangle():
+    path = torch.tensor([[0, 1, 1, 2], [1, 0, 2, 1]])
+    pe = random_walk_pe(path, 3, 2)
+    # 1 step: no return (no self-loops); 2 steps: an end node goes to the middle (1) and back (1/2),
+    # the middle goes to either end (1/2 each) and back (1)
+    assert torch.allclose(pe[:, 0], torch.zeros(3))
+    assert torch.allclose(pe[:, 1], torch.tensor([0.5, 1.0, 0.5]))
+    tri = torch.tensor([[0, 1, 1, 2, 2, 0], [1, 0, 2, 1, 0, 2]])
+    assert torch.allclose(random_walk_pe(tri, 3, 2)[:, 1], torch.full((3,), 0.5))
+
+
+def test_drsgnn_uses_dynamic_thresholds_and_caches_pe(graph):
+    model = DRSGNN(6, 8, 3, T=3, pe_steps=4)
+    assert all(n.adaptive_threshold for n in model.sgnn.neurons().values())
+    model(graph.x, graph.edge_index)
+    pe = model._pe_cache[2]
+    model(graph.x, graph.edge_index)
+    assert model._pe_cache[2] is pe  # same graph: cached
+    model(graph.x, graph.edge_index.flip(1).contiguous())  # same edges, other order: recomputed, equal
+    assert model._pe_cache[2] is not pe and torch.equal(model._pe_cache[2], pe)
+
+
+def test_spikegcl_steps_see_disjoint_feature_groups():
+    model = SpikeGCL(10, 4, 2, T=3)
+    assert model.groups == [(0, 3), (3, 7), (7, 10)]
+    assert model.readout.in_features == 3 * 4
+
+
+def test_fast_csr_propagation_equals_message_passing(graph):
+    from neurips26.graph.sgnnbench.layers import GCNPropagation
+
+    x = torch.randn(60, 5, dtype=torch.float64, requires_grad=True)
+    prop = GCNPropagation(2, cached=True)
+    fast = prop(x, graph.edge_index)
+    ei, w = prop.normalized(graph.edge_index, None, 60, torch.float64)
+    slow = prop.propagate(ei, x=prop.propagate(ei, x=x, edge_weight=w), edge_weight=w)  # PyG gather-scatter
+    assert torch.allclose(fast, slow, atol=1e-12)
+    (ga,) = torch.autograd.grad(fast.sum(), x)
+    (gb,) = torch.autograd.grad(slow.sum(), x)
+    assert torch.allclose(ga, gb, atol=1e-12)
+    assert torch.equal(fast, GCNPropagation(2, cached=False)(x, graph.edge_index))  # same kernel
+
+
+def test_sage_mean_csr_equals_scatter_mean(graph):
+    from torch_geometric.utils import scatter
+
+    conv = SpikingSAGEConv(6, 4, norm="none")
+    agg = torch.sparse.mm(conv._mean_csr(graph.edge_index, 60), graph.x)
+    ref = scatter(graph.x[graph.edge_index[0]], graph.edge_index[1], 0, dim_size=60, reduce="mean")
+    assert torch.allclose(agg, ref, atol=1e-6)

@@ -39,7 +39,8 @@ counts :math:`O` and measured input firing rates :math:`f` (:math:`E_{MAC} = 4.6
 
 Shapes
 ------
-- :class:`SGNN`, :func:`spiking_gcn`, :func:`spikenet_lite`, :class:`GCN`, :class:`SGC`: ``x [N, F]``,
+- :class:`SGNN`, :func:`spiking_gcn`, :func:`spikenet_lite`, :func:`gc_snn`, :func:`ga_snn`,
+  :class:`DRSGNN`, :class:`SpikeGCL`, :class:`SpikeGraphormer`, :class:`GCN`, :class:`SGC`: ``x [N, F]``,
   ``edge_index [2, E]`` (or a sparse ``[N, N]`` adjacency), optional ``edge_weight [E]`` -> logits
   ``[N, C]``.
 - :class:`SpikingGCNConv`, :class:`SpikingSAGEConv`: ``x [N, in_channels]`` (spikes or reals),
@@ -52,9 +53,14 @@ Modules
 - :mod:`.neurons`: :class:`IF`, :class:`LIF`, :class:`PLIF`, :func:`surrogate_spike`
   (:math:`v \leftarrow v + I_t` / :math:`v + (I_t - (v - v_r))/\tau`, :math:`s = H(v - \theta)`,
   hard reset).
-- :mod:`.layers`: :class:`SpikingGCNConv`, :class:`SpikingSAGEConv` (PyG ``MessagePassing``).
+- :mod:`.layers`: :class:`SpikingGCNConv`, :class:`SpikingSAGEConv`, :class:`SpikingGATConv` (PyG
+  ``MessagePassing``), :class:`STFN`, :class:`SpikingLinearAttention`.
 - :mod:`.models`: :class:`SGNN` (encoding, propagation, neuron, ``T``, norm, residual, JK, readout),
-  :func:`spiking_gcn`, :func:`spikenet_lite`, ANN baselines :class:`GCN`, :class:`SGC`.
+  :func:`spiking_gcn`, :func:`spikenet_lite`, :func:`gc_snn`, :func:`ga_snn`, ANN baselines
+  :class:`GCN`, :class:`SGC`.
+- :mod:`.zoo`: :class:`DRSGNN` (random-walk PE + dynamic thresholds), :class:`SpikeGCL` (feature
+  groups as time steps, 1-bit representation), :class:`SpikeGraphormer` (GCN branch + spike-driven
+  linear all-pair attention).
 - :mod:`.energy`: :func:`energy_report` (:math:`E = \sum E_{AC} f O + \sum E_{MAC} O`),
   :func:`count_parameters`, :func:`peak_memory`.
 - :mod:`.bench`: :func:`run_benchmark`, :func:`design_space_sweep`, :func:`factor_average_ranks`.
@@ -75,9 +81,17 @@ from neurips26.graph.sgnnbench.energy import (
     energy_report,
     peak_memory,
 )
-from neurips26.graph.sgnnbench.layers import GCNPropagation, SpikingGCNConv, SpikingSAGEConv
-from neurips26.graph.sgnnbench.models import GCN, SGC, SGNN, spikenet_lite, spiking_gcn
+from neurips26.graph.sgnnbench.layers import (
+    STFN,
+    GCNPropagation,
+    SpikingGATConv,
+    SpikingGCNConv,
+    SpikingLinearAttention,
+    SpikingSAGEConv,
+)
+from neurips26.graph.sgnnbench.models import GCN, SGC, SGNN, ga_snn, gc_snn, spikenet_lite, spiking_gcn
 from neurips26.graph.sgnnbench.neurons import IF, LIF, PLIF, SURROGATES, surrogate_grad, surrogate_spike
+from neurips26.graph.sgnnbench.zoo import DRSGNN, SpikeGCL, SpikeGraphormer, random_walk_pe
 
 __all__ = [
     "IF",
@@ -89,9 +103,18 @@ __all__ = [
     "GCNPropagation",
     "SpikingGCNConv",
     "SpikingSAGEConv",
+    "SpikingGATConv",
+    "SpikingLinearAttention",
+    "STFN",
     "SGNN",
     "spiking_gcn",
     "spikenet_lite",
+    "gc_snn",
+    "ga_snn",
+    "DRSGNN",
+    "SpikeGCL",
+    "SpikeGraphormer",
+    "random_walk_pe",
     "GCN",
     "SGC",
     "EnergyReport",

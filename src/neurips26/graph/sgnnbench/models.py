@@ -30,6 +30,7 @@ from neurips26.common.checks import check_choice, check_float, check_int
 from neurips26.graph.sgnnbench.layers import (
     NORMS,
     GCNPropagation,
+    SpikingGATConv,
     SpikingGCNConv,
     SpikingSAGEConv,
     _check,
@@ -37,9 +38,9 @@ from neurips26.graph.sgnnbench.layers import (
 )
 from neurips26.graph.sgnnbench.neurons import IF, NEURONS, SURROGATES, make_neuron
 
-__all__ = ["SGNN", "spiking_gcn", "spikenet_lite", "GCN", "SGC", "CONVS", "ENCODINGS"]
+__all__ = ["SGNN", "spiking_gcn", "spikenet_lite", "gc_snn", "ga_snn", "GCN", "SGC", "CONVS", "ENCODINGS"]
 
-CONVS = ("gcn", "sage")
+CONVS = ("gcn", "sage", "gat")
 ENCODINGS = ("direct", "poisson")
 
 
@@ -52,8 +53,9 @@ class SGNN(nn.Module):
         Widths (``out_channels`` = number of classes).
     num_layers : int
         Spiking graph-conv layers after the encoder (>= 1).
-    conv : {"gcn", "sage"}
-        Propagation operator (:class:`SpikingGCNConv` / :class:`SpikingSAGEConv`).
+    conv : {"gcn", "sage", "gat"}
+        Propagation operator (:class:`SpikingGCNConv` / :class:`SpikingSAGEConv` /
+        :class:`SpikingGATConv`).
     K : int
         Hops for ``conv="gcn"`` (applied to the input once when ``precompute=True``, in which case
         the layers themselves do not propagate).
@@ -63,7 +65,7 @@ class SGNN(nn.Module):
     encoding : {"direct", "poisson"}
     cache_encoder : bool
         Reuse the direct encoder's output across steps.
-    norm : {"none", "bn"}
+    norm : {"none", "bn", "stfn"}
     residual, jk : bool
         Residual connections in the conv layers; jumping-knowledge readout over all layers.
     surrogate : str
@@ -72,6 +74,10 @@ class SGNN(nn.Module):
         Neuron threshold and leak.
     precompute : bool
         Compute :math:`\\hat A^K x` once before encoding (SpikingGCN).
+    adaptive_threshold : bool
+        Dynamic threshold in every neuron (:class:`~neurips26.graph.sgnnbench.neurons.IF`).
+    heads : int
+        Attention heads for ``conv="gat"``.
 
     Shapes
     ------
@@ -97,6 +103,8 @@ class SGNN(nn.Module):
         v_threshold: float = 0.5,
         tau: float = 2.0,
         precompute: bool = False,
+        adaptive_threshold: bool = False,
+        heads: int = 4,
     ) -> None:
         super().__init__()
         check_int("in_channels", in_channels, low=1)
@@ -113,11 +121,16 @@ class SGNN(nn.Module):
         check_float("v_threshold", v_threshold, 0.0, low_open=True)
         self.in_channels, self.T, self.encoding = in_channels, T, encoding
         self.cache_encoder, self.jk, self.precompute = bool(cache_encoder), bool(jk), bool(precompute)
-        nkw = {"v_threshold": v_threshold, "tau": tau, "surrogate": surrogate}
+        nkw = {
+            "v_threshold": v_threshold,
+            "tau": tau,
+            "surrogate": surrogate,
+            "adaptive_threshold": bool(adaptive_threshold),
+        }
         self.pre = GCNPropagation(K) if precompute else None
         if encoding == "direct":
             self.encoder = nn.Linear(in_channels, hidden_channels)
-            self.encoder_norm = make_norm(norm, hidden_channels)
+            self.encoder_norm = make_norm(norm, hidden_channels, v_threshold)
             self.input_neuron = make_neuron(neuron, **nkw)
             width = hidden_channels
         else:
@@ -131,8 +144,10 @@ class SGNN(nn.Module):
                         width, hidden_channels, 0 if precompute else K, neuron, norm, residual, **nkw
                     )
                 )
-            else:
+            elif conv == "sage":
                 layers.append(SpikingSAGEConv(width, hidden_channels, neuron, norm, residual, **nkw))
+            else:
+                layers.append(SpikingGATConv(width, hidden_channels, heads, neuron, norm, residual, **nkw))
             width = hidden_channels
         self.convs = nn.ModuleList(layers)
         self.readout = nn.Linear(hidden_channels * (num_layers if jk else 1), out_channels)
@@ -220,6 +235,50 @@ def spikenet_lite(in_channels: int, hidden_channels: int = 128, out_channels: in
         encoding="direct",
         cache_encoder=True,
         norm="bn",
+        v_threshold=0.5,
+    )
+    cfg.update(kw)
+    return SGNN(in_channels, hidden_channels, out_channels, **cfg)
+
+
+def gc_snn(in_channels: int, hidden_channels: int = 128, out_channels: int = 2, **kw) -> SGNN:
+    """GC-SNN reference configuration (Xu et al., "Exploiting spiking dynamics with spatial-temporal
+    feature normalization in graph learning", IJCAI 2021).
+
+    Two spiking graph-convolution layers (one GCN hop each, :math:`\\hat A s W`), STFN normalisation
+    (:class:`~neurips26.graph.sgnnbench.layers.STFN`, per step), LIF, T = 5, threshold 0.5, direct
+    encoding computed once. Keyword arguments override.
+    """
+    cfg = dict(
+        num_layers=2,
+        conv="gcn",
+        K=1,
+        neuron="LIF",
+        T=5,
+        encoding="direct",
+        cache_encoder=True,
+        norm="stfn",
+        v_threshold=0.5,
+    )
+    cfg.update(kw)
+    return SGNN(in_channels, hidden_channels, out_channels, **cfg)
+
+
+def ga_snn(in_channels: int, hidden_channels: int = 128, out_channels: int = 2, **kw) -> SGNN:
+    """GA-SNN reference configuration (graph-attention variant of the same IJCAI 2021 paper).
+
+    Two :class:`~neurips26.graph.sgnnbench.layers.SpikingGATConv` layers (4 heads), STFN, LIF,
+    T = 5, threshold 0.5, direct encoding computed once. Keyword arguments override.
+    """
+    cfg = dict(
+        num_layers=2,
+        conv="gat",
+        heads=4,
+        neuron="LIF",
+        T=5,
+        encoding="direct",
+        cache_encoder=True,
+        norm="stfn",
         v_threshold=0.5,
     )
     cfg.update(kw)
