@@ -266,3 +266,72 @@ def test_bad_config_and_models():
         DLMDistiller(_bert(), _bert(), V)
     with pytest.raises(ValueError, match="must share one shape"):
         alpha_beta_divergence(torch.zeros(2, 4), torch.zeros(2, 5), 1.0, 0.0)
+
+
+def test_off_policy_denoising_reduces_to_mdlm_loss():
+    # denoise_coef = 1, lambda_kd = 0: the off-policy loss is the MDLM NELBO with the same (t, mask) draws
+    d = _distiller(DLMDistillConfig(student_sampling_steps=4, states_per_rollout=2))
+    x = torch.randint(0, MASK, (4, 7), generator=torch.Generator().manual_seed(5))
+    d.generator.manual_seed(123)
+    loss, stats = d.off_policy_loss(x)
+    expected = mdlm_loss(d.student, x, MASK, generator=torch.Generator().manual_seed(123))
+    torch.testing.assert_close(loss, expected)
+    assert set(stats) == {"denoise"}
+
+
+def test_off_policy_fkl_baseline_is_one_over_t_weighted_masked_kl():
+    cfg = DLMDistillConfig(student_sampling_steps=4, states_per_rollout=2, denoise_coef=0.0, lambda_kd=1.0)
+    d = _distiller(cfg)
+    x = torch.randint(0, MASK, (3, 6), generator=torch.Generator().manual_seed(2))
+    d.generator.manual_seed(9)
+    loss, _ = d.off_policy_loss(x)
+    g = torch.Generator().manual_seed(9)
+    t = cfg.t_eps + (1 - cfg.t_eps) * torch.rand(3, generator=g)
+    masked = torch.rand(3, 6, generator=g) < t[:, None]
+    z = torch.where(masked, torch.full_like(x, MASK), x)
+    tl, sl = d.teacher(input_ids=z).logits.detach(), d.student(input_ids=z).logits
+    tl[..., MASK] = -math.inf
+    sl[..., MASK] = -math.inf
+    kl = (tl.softmax(-1) * (tl.log_softmax(-1).clamp_min(-60) - sl.log_softmax(-1).clamp_min(-60))).sum(-1)
+    torch.testing.assert_close(loss, ((kl * masked).sum(-1) / 6 / t).mean(), atol=1e-6, rtol=1e-5)
+
+
+class _EncoderDenoiser(torch.nn.Module):
+    """A plain nn.TransformerEncoder denoiser returning a tensor (no HF output object, no config)."""
+
+    def __init__(self, seed):
+        super().__init__()
+        torch.manual_seed(seed)
+        self.embed = torch.nn.Embedding(V, 16)
+        self.pos = torch.nn.Parameter(torch.randn(16, 16) * 0.1)
+        layer = torch.nn.TransformerEncoderLayer(16, 2, 32, 0.0, batch_first=True)
+        self.encoder = torch.nn.TransformerEncoder(layer, 1, enable_nested_tensor=False)
+        self.head = torch.nn.Linear(16, V)
+
+    def forward(self, input_ids):
+        return self.head(self.encoder(self.embed(input_ids) + self.pos[: input_ids.shape[1]]))
+
+
+def test_distiller_accepts_any_denoiser_module_and_is_deterministic():
+    runs = []
+    for _ in range(2):
+        cfg = DLMDistillConfig(pool_size=6, teacher_sampling_steps=3, student_sampling_steps=3, off_policy_steps=2,
+                               on_policy_steps=2, batch_size=2, states_per_rollout=2)
+        d = DLMDistiller(_EncoderDenoiser(1), _EncoderDenoiser(2), MASK, cfg,
+                         generator=torch.Generator().manual_seed(4))
+        runs.append(d.fit(seq_len=5))
+    assert runs[0] == runs[1] and all(math.isfinite(v) for v in runs[0]["on_policy"])
+
+
+def test_phase_order_errors():
+    d = _distiller()
+    with pytest.raises(RuntimeError, match="build_pool"):
+        d.off_policy_step()
+    with pytest.raises(ValueError, match="seq_len"):
+        d.on_policy_step(batch_size=2)
+    with pytest.raises(RuntimeError, match="init_anchor"):
+        d.on_policy_step(batch_size=2, seq_len=4)
+    with pytest.raises(TypeError, match="int64"):
+        d.off_policy_loss(torch.zeros(2, 3))
+    with pytest.raises(TypeError, match="DLMDistillConfig"):
+        DLMDistiller(_bert(), _bert(), MASK, config={"lr": 1e-3})
