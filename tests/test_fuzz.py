@@ -706,6 +706,21 @@ def _specs_more() -> dict[str, Spec]:
             "K": (-1,),
         },
     )
+    s["sgnnbench.SpikingGATConv"] = Spec(
+        lambda x, edge_index, **kw: sgnnbench.SpikingGATConv(3, 4, **kw)(x, edge_index),
+        tensors=_graph,
+        bad={"heads": (0, -1), "norm": ("ln",), "neuron": ("HH",)},
+    )
+    for cls, extra in (
+        ("DRSGNN", {"pe_steps": (0,)}),
+        ("SpikeGCL", {"K": (0,)}),
+        ("SpikeGraphormer", {"num_layers": (0,)}),
+    ):
+        s[f"sgnnbench.{cls}"] = Spec(
+            lambda x, edge_index, _cls=cls, **kw: getattr(sgnnbench, _cls)(3, 8, 2, **{"T": 2, **kw})(x, edge_index),
+            tensors=_graph,
+            bad={"T": (0,), "neuron": ("HH",), **extra},
+        )
     s["sgnnbench.energy_report"] = Spec(
         lambda x, edge_index, **kw: sgnnbench.energy_report(
             sgnnbench.SGNN(3, 8, 2, T=2), Data(x=x, edge_index=edge_index), **kw

@@ -410,7 +410,7 @@ class SpikingGATConv(MessagePassing):
         self.neuron = make_neuron(neuron, **neuron_kwargs)
 
     def forward(self, x: Tensor, edge_index: Tensor, edge_weight: Tensor | None = None) -> Tensor:
-        _check(x, edge_index)
+        _check(x, edge_index, self)
         if x.size(1) != self.in_channels:
             raise ValueError(f"x has {x.size(1)} channels, layer expects in_channels={self.in_channels}")
         if is_torch_sparse_tensor(edge_index):
