@@ -119,3 +119,25 @@ def test_decode_scoring_equals_forced_scoring_on_the_word_vocabulary():
         assert forced == decoded, sparsity  # one tokenization per call: forced scoring is exact
     assert 0.0 < decoded["exact"] < 1.0
     assert CONFIGS["full"]["scoring"] == "decode"  # subword vocabulary: several tokenizations per call
+
+
+def test_run_passes_the_profiles_feature_scale_to_every_skim_distiller(monkeypatch):
+    """The full profile's per-position relative feature term (declared before the 2026-12-06 rerun)
+    reaches the distiller on the judged path; standard KD arms carry no feature term."""
+    import neurips26.claims.skim as skim_claim
+
+    assert CONFIGS["full"]["feat_scale"] == "teacher"
+    seen = []
+    real = skim_claim.SKIMDistiller
+
+    class Spy(real):
+        def __init__(self, *args, **kwargs):
+            seen.append((kwargs["mode"], kwargs["feat_scale"]))
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(skim_claim, "SKIMDistiller", Spy)
+    cfg = {**CONFIGS["smoke"], "feat_scale": "teacher", "arms": ["skim", "wanda_kd"], "n_test": 8}
+    skim_claim.run(cfg, seed=0)
+    assert {m for m, _ in seen} == {"skim", "standard"}
+    assert all(scale == "teacher" for _, scale in seen)
+    assert len(seen) == 2 * len(cfg["sparsities"])
