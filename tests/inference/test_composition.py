@@ -63,7 +63,7 @@ def test_composed_prefill_equals_adacal_alone(model, names, cache):
     ids = _ids()
     alone = _forward(model, names["sparse"], ids, DynamicCache(config=model.config))
     composed = _forward(model, names["sparse"], ids, CACHES[cache](model.config))
-    assert torch.equal(composed, alone)
+    assert torch.equal(composed, alone)  # same kernel: the prefill reads the incoming states: the same AdaCal attention on the same inputs
     dense = _forward(model, "sdpa", ids, DynamicCache(config=model.config))
     assert (alone - dense).abs().max() > 1e-3  # the plan is really sparse: the test is not vacuous
 
@@ -100,8 +100,12 @@ def test_generate_with_dense_prefill_equals_the_cache_alone(model, names, cache)
 
     seq_a, log_a = run(names["dense"])
     seq_b, log_b = run("sdpa")
-    assert torch.equal(seq_a, seq_b)
     torch.testing.assert_close(log_a, log_b, rtol=1e-5, atol=1e-5)
+    # two attention implementations: the logits agree to the tolerance above, not bit for bit, so the integer
+    # tokens are portable where every greedy choice clears twice that tolerance
+    top2 = log_b.topk(2, dim=-1).values
+    assert ((top2[..., 0] - top2[..., 1]) > 2 * (1e-5 + 1e-5 * log_b.abs().max())).all()
+    assert torch.equal(seq_a, seq_b)  # same kernel: integer tokens, guarded by the margins above
 
 
 def test_composed_generate_runs_sparse_prefill_and_quantized_decode(model, names):
