@@ -105,7 +105,7 @@ def test_segmenter_and_trajectory_errors():
 def test_latent_states_deterministic_and_roundtrip(lm, tmp_path):
     a, _, prompts, cots = _fitted_on_task(lm, seed=3)
     b, *_ = _fitted_on_task(lm, seed=3)
-    assert torch.equal(a.centroids, b.centroids) and torch.equal(a.transition_matrix, b.transition_matrix)
+    assert torch.equal(a.centroids, b.centroids) and torch.equal(a.transition_matrix, b.transition_matrix)  # same kernel: rerun, same shapes and seed
     ta = a.encode(lm, prompts[0], cots[0], SEG, TASK.extract_answer)
     tb = b.encode(lm, prompts[0], cots[0], SEG, TASK.extract_answer)
     assert ta == tb and ta.states[-1] == ANSWER and len(ta) == len(SEG.split(cots[0]))
