@@ -104,6 +104,6 @@ def test_feature_memo_follows_the_weights():
     opt.step()
     with torch.no_grad():
         m2 = model(a) - model(b)
-    assert not torch.equal(m1, m2)
+    assert not torch.equal(m1, m2)  # same kernel: n/a, asserts a difference
     fresh = (model.features(a) - model.features(b)).detach()
     assert torch.equal(model.head_grads(a, b), fresh)  # same kernel

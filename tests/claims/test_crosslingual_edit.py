@@ -65,7 +65,7 @@ def test_real_model_round_structure_and_revert():
         assert 0 <= r["efficacy"] <= 1 and 0 <= r["locality"] <= 1
         assert 0 <= r["B"]["transfer"] <= 1 and 0 <= r["B"]["f_orth"] <= 1 + 1e-9
         assert r["B"]["identity_max"] < 1e-10
-    assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())  # same kernel: revert copies the saved weights back
 
 
 def test_full_profile_probes_german_and_spanish_with_facts_in_every_language():
