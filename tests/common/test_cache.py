@@ -44,7 +44,7 @@ def test_cached_object_round_trip():
 
     value = cache.cached_object("obj", {"n": 3}, lambda: {"w": torch.arange(3)})
     again = cache.cached_object("obj", {"n": 3}, lambda: pytest.fail("must not rebuild"))
-    assert torch.equal(value["w"], again["w"])
+    assert torch.equal(value["w"], again["w"])  # same kernel: loaded from the cache, integer values
 
 
 def test_key_depends_on_config_and_code_version():

@@ -79,7 +79,7 @@ def test_gzip_and_path_input_and_conversion(tmp_path):
     # undirected: both directions, sorted; classes = sorted distinct values 5, 7, 9
     assert data.edge_index.tolist() == [[0, 0, 1, 2, 2, 3], [1, 2, 0, 0, 3, 2]]
     assert data.y.tolist() == [0, 1, 0, 2] and data.num_classes == 3 and data.class_values == [5, 7, 9]
-    assert torch.equal(data.x, torch.eye(4))
+    assert torch.equal(data.x, torch.eye(4))  # same kernel: one-hot features equal the constant eye
     assert gt_to_data(read_gt(path), label=None, features=None).x is None
 
 

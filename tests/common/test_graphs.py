@@ -46,8 +46,8 @@ def test_csbm_structure_balance_and_reproducibility():
     a = csbm(1000, 5, 0.3, 8, 2.0, 10.0, seed=7)
     b = csbm(1000, 5, 0.3, 8, 2.0, 10.0, seed=7)
     c = csbm(1000, 5, 0.3, 8, 2.0, 10.0, seed=8)
-    assert torch.equal(a.x, b.x) and torch.equal(a.edge_index, b.edge_index) and torch.equal(a.y, b.y)
-    assert not torch.equal(a.edge_index, c.edge_index)
+    assert torch.equal(a.x, b.x) and torch.equal(a.edge_index, b.edge_index) and torch.equal(a.y, b.y)  # same kernel: rerun, same shapes and seed
+    assert not torch.equal(a.edge_index, c.edge_index)  # same kernel: n/a, asserts a difference
     assert torch.bincount(a.y).tolist() == [200] * 5
     assert is_undirected(a.edge_index, num_nodes=1000)
     assert (a.edge_index[0] != a.edge_index[1]).all()
@@ -141,11 +141,11 @@ def test_random_splits_stratified_disjoint_and_reproducible():
     b = random_splits(y, 3, 0.5, 0.25, seed=1)
     assert len(a) == 3
     for (tr, va, te), (tr2, va2, te2) in zip(a, b):
-        assert torch.equal(tr, tr2) and torch.equal(va, va2) and torch.equal(te, te2)
+        assert torch.equal(tr, tr2) and torch.equal(va, va2) and torch.equal(te, te2)  # same kernel: integer indices, rerun, same shapes and seed
         assert len(set(tr.tolist()) | set(va.tolist()) | set(te.tolist())) == 100
         assert len(tr) + len(va) + len(te) == 100
         assert len(set(torch.bincount(y[tr], minlength=4).tolist())) == 1
-    assert not torch.equal(a[0][0], a[1][0])
+    assert not torch.equal(a[0][0], a[1][0])  # same kernel: n/a, asserts a difference
 
 
 def test_linear_probe_separable_gives_one():
@@ -190,7 +190,7 @@ def test_planted_motif_dataset():
         assert g.edge_index.size(1) == 2 * (9 + motif_edges + 1)
         assert g.x.shape == (g.num_nodes, 11)
     again = planted_motif_dataset(12, ("house", "cycle", "grid"), base_nodes=10, seed=0)
-    assert all(torch.equal(a.edge_index, b.edge_index) for a, b in zip(ds, again))
+    assert all(torch.equal(a.edge_index, b.edge_index) for a, b in zip(ds, again))  # same kernel: integer edges, rerun, same shapes and seed
     with pytest.raises(ValueError, match="motifs"):
         planted_motif_dataset(4, ("triangle",))
 
@@ -202,7 +202,7 @@ def test_perturb_edges():
     assert removed.size(1) // 2 == m - round(0.2 * m)
     added = perturb_edges(data.edge_index, 500, add_ratio=0.1, seed=0)
     assert is_undirected(added) and m < added.size(1) // 2 <= m + round(0.1 * m)
-    assert torch.equal(perturb_edges(data.edge_index, 500, 0.0, 0.0), data.edge_index)
+    assert torch.equal(perturb_edges(data.edge_index, 500, 0.0, 0.0), data.edge_index)  # same kernel: integer edges, zero ratios return them unchanged
 
 
 def test_check_edge_index_rejects_meta_tensors_by_name():

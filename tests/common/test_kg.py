@@ -122,8 +122,8 @@ def test_add_inverse_and_known_tails():
 
 def test_community_kg_is_seeded_and_community_local():
     a, b = community_kg(600, seed=3), community_kg(600, seed=3)
-    assert torch.equal(a.train, b.train) and torch.equal(a.test, b.test)
-    assert not torch.equal(a.train, community_kg(600, seed=4).train)
+    assert torch.equal(a.train, b.train) and torch.equal(a.test, b.test)  # same kernel: integer triples, rerun, same shapes and seed
+    assert not torch.equal(a.train, community_kg(600, seed=4).train)  # same kernel: n/a, asserts a difference
     t = a.all_triples()
     intra = (a.community[t[:, 0]] == a.community[t[:, 2]]).float().mean()
     assert intra > 0.85
