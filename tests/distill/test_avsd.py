@@ -269,7 +269,7 @@ def _loss_and_grads(trainer, batch):
 def test_single_full_view_equals_trl_sdft_trainer(tmp_path):
     """AVSD with one full-solution view is SDFT's sampled-token objective, through SDFTTrainer itself."""
     sdft, avsd, sb, ab = _sdft_pair(tmp_path, ("full_solution",))
-    torch.testing.assert_close(ab["view_input_ids"][:, 0], sb["teacher_input_ids"], rtol=0, atol=0)
+    torch.testing.assert_close(ab["view_input_ids"][:, 0], sb["teacher_input_ids"], rtol=0, atol=0)  # same kernel: integer token ids
     l1, g1 = _loss_and_grads(sdft, sb)
     l2, g2 = _loss_and_grads(avsd, ab)
     assert l1.item() != 0.0

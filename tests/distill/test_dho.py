@@ -193,7 +193,7 @@ def test_train_step_leaves_teacher_untouched_and_cache_matches_online():
             assert len(teach) == 18
     assert all(p.grad is None for p in teacher.parameters())
     for k, v in teacher.state_dict().items():
-        assert torch.equal(v, before[k])
+        assert torch.equal(v, before[k])  # same kernel: untouched parameters, no arithmetic
     # same kernel: the cache holds the teacher's logits from a call on the same rows as the online pass
     assert results[0][0] == results[1][0]
     for a, b in zip(results[0][1], results[1][1]):
@@ -301,4 +301,4 @@ def test_ce_only_skips_the_unlabelled_forward_exactly():
     eps = torch.finfo(torch.float32).eps
     for a, b in zip(m.parameters(), ref.parameters()):
         torch.testing.assert_close(a, b, rtol=0.0, atol=2 * 5 * (float(b.abs().max()) + 8 * 1e-2) * eps)
-    assert torch.equal(aug_gen.get_state(), gen.get_state())  # the same number of draws
+    assert torch.equal(aug_gen.get_state(), gen.get_state())  # same kernel: generator states, integer; the same number of draws
