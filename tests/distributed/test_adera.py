@@ -46,7 +46,7 @@ def bits(x: torch.Tensor) -> torch.Tensor:
 
 
 def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return a.dtype == b.dtype and torch.equal(bits(a), bits(b))
+    return a.dtype == b.dtype and torch.equal(bits(a), bits(b))  # same kernel: bit patterns of a lossless codec
 
 
 def special_values(dtype: torch.dtype) -> torch.Tensor:
@@ -110,7 +110,7 @@ def test_split_join_round_trip_every_16bit_pattern(dtype):
         x = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(dtype)
     e, sm = split_fields(x)
     assert e.dtype == torch.uint8 and e.numel() == x.numel()
-    assert torch.equal(e, exponents(x))
+    assert torch.equal(e, exponents(x))  # same kernel: integer exponent fields
     assert same_bits(join_fields(e, sm, dtype), x)
 
 
@@ -132,13 +132,13 @@ def test_every_mode_reconstructs_bitwise(data, mode, frac, blocky):
     cfg = AdERAConfig(verify=True, block_size=64)
     payload = encode_shard(y, cache, cfg, mode=mode)
     assert payload.mode == mode
-    assert torch.equal(cache, exponents(x))  # encoding leaves the cache alone
+    assert torch.equal(cache, exponents(x))  # same kernel: integer exponent fields; encoding leaves the cache alone
     parsed = Payload.from_bytes(payload.to_bytes())
     assert parsed.nbytes == payload.nbytes
     receiver = cache.clone()
     out = decode_payload(parsed, receiver)
     assert same_bits(out, y)
-    assert torch.equal(receiver, exponents(y))
+    assert torch.equal(receiver, exponents(y))  # same kernel: integer exponent fields
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -154,7 +154,7 @@ def test_twenty_iterations_of_random_exponent_changes(dtype, mode):
         out = decode_payload(Payload.from_bytes(payload.to_bytes()), receiver)
         assert same_bits(out, x)
         sender = payload.exponents.clone()
-        assert torch.equal(receiver, sender)
+        assert torch.equal(receiver, sender)  # same kernel: integer exponent fields
         x = perturb(x, it, 0.02 * (it % 4), blocky=it % 2 == 1)
 
 
@@ -307,7 +307,7 @@ def _run_virtual(cfg, dtype, world, m, iters, perturb_frac=0.01):
         for out in outs:
             assert same_bits(out, low)
         for st_ in states:  # every rank's caches hold the true exponents of every shard
-            assert torch.equal(st_.caches.reshape(-1), exponents(low))
+            assert torch.equal(st_.caches.reshape(-1), exponents(low))  # same kernel: integer exponent fields
     return states
 
 
@@ -528,6 +528,6 @@ def test_wrapper_prefetch_overlaps_next_module_and_stays_exact():
     with ThreadPoolExecutor(2) as pool:
         fetched = list(pool.map(lambda r: rank(r, True), range(2)))
     for (_, a), (w, b) in zip(plain, fetched):
-        assert all(torch.equal(x, y) for x, y in zip(a, b))
+        assert all(torch.equal(x, y) for x, y in zip(a, b))  # same kernel: lossless codec outputs, bit patterns
         # weight and bias of modules 1 and 2, in each of 3 forwards
         assert w.prefetched == 2 * 2 * 3 and w.mismatches == 0

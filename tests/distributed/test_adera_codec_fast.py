@@ -426,9 +426,9 @@ def assert_same_payload(p: Payload, r: Payload) -> None:
         r.block_size,
         r.overflow,
     )
-    assert torch.equal(p.body, r.body)
-    assert torch.equal(p.exponents, r.exponents)
-    assert torch.equal(p.to_bytes(), r.to_bytes())
+    assert torch.equal(p.body, r.body)  # same kernel: integer payload
+    assert torch.equal(p.exponents, r.exponents)  # same kernel: integer payload
+    assert torch.equal(p.to_bytes(), r.to_bytes())  # same kernel: integer payload bytes
 
 
 def assert_decodes(payload: Payload, cache: torch.Tensor | None, y: torch.Tensor, decode) -> None:
@@ -436,12 +436,12 @@ def assert_decodes(payload: Payload, cache: torch.Tensor | None, y: torch.Tensor
     for pl in (payload, Payload.from_bytes(payload.to_bytes())):
         c = None if cache is None else cache.clone()
         out = decode(pl, c)
-        assert out.dtype == y.dtype and torch.equal(words(out), words(y))
+        assert out.dtype == y.dtype and torch.equal(words(out), words(y))  # same kernel: integer bit patterns
         if c is not None:
-            assert torch.equal(c, _ref_exponents(y))
+            assert torch.equal(c, _ref_exponents(y))  # same kernel: integer exponent fields
     pre = torch.full((y.numel(),), 7.0, dtype=y.dtype)
     decode_payload(payload, None if cache is None else cache.clone(), out=pre)
-    assert torch.equal(words(pre), words(y))
+    assert torch.equal(words(pre), words(y))  # same kernel: integer bit patterns
 
 
 # ------------------------------------------------------------------ exactness against the reference
@@ -463,7 +463,7 @@ def test_fast_payload_is_byte_identical_to_reference_and_round_trips(pair, mode,
         fast = encode_shard(y, cache, cfg, mode=mode)
     assert_same_payload(fast, ref)
     if cache is not None:
-        assert torch.equal(cache, _ref_exponents(x))  # encoding leaves the sender's cache alone
+        assert torch.equal(cache, _ref_exponents(x))  # same kernel: integer exponent fields; encoding leaves the sender's cache alone
     with numpy_kernels(True):
         assert_decodes(ref, cache, y, lambda p, c: decode_payload(p, c))
     assert_decodes(fast, cache, y, lambda p, c: _reference_decode(p, c))
@@ -493,12 +493,12 @@ def test_bit_fields_match_reference_on_every_16bit_pattern(dtype):
     e_ref, sm_ref = _ref_split_fields(x)
     with numpy_kernels(True):
         e, sm = split_fields(x)
-        assert torch.equal(e, e_ref) and torch.equal(sm, sm_ref)
-        assert torch.equal(exponents(x), _ref_exponents(x))
-        assert torch.equal(words(join_fields(e, sm, dtype)), words(x))
+        assert torch.equal(e, e_ref) and torch.equal(sm, sm_ref)  # same kernel: integer bit fields
+        assert torch.equal(exponents(x), _ref_exponents(x))  # same kernel: integer bit fields
+        assert torch.equal(words(join_fields(e, sm, dtype)), words(x))  # same kernel: integer bit patterns
         out = torch.empty_like(x)
         join_fields(e, sm, dtype, out=out)
-        assert torch.equal(words(out), words(x))
+        assert torch.equal(words(out), words(x))  # same kernel: integer bit patterns
 
 
 @pytest.mark.parametrize("n", [(1 << 18) + 5, 1 << 18])
@@ -515,8 +515,8 @@ def test_large_bf16_shard_matches_reference(n, rate):
             fast = encode_shard(y, cache, AdERAConfig(), mode=mode)
             assert_same_payload(fast, ref)
             c = cache.clone()
-            assert torch.equal(words(decode_payload(fast, c)), words(y))
-            assert torch.equal(c, _ref_exponents(y))
+            assert torch.equal(words(decode_payload(fast, c)), words(y))  # same kernel: integer bit patterns
+            assert torch.equal(c, _ref_exponents(y))  # same kernel: integer exponent fields
 
 
 def seeded_cases():
@@ -568,7 +568,7 @@ def test_cpu_hot_path_runs_numpy_kernels(monkeypatch):
         for mode in MODES:
             p = encode_shard(y, cache, AdERAConfig(block_size=64), mode=mode)
             c = cache.clone()
-            assert torch.equal(words(decode_payload(p, c)), words(y))
+            assert torch.equal(words(decode_payload(p, c)), words(y))  # same kernel: integer bit patterns
 
 
 @settings(max_examples=150, deadline=None)
@@ -612,7 +612,7 @@ def test_decision_history_logs_cost_model_choice(bandwidth, expect):
         full = full + torch.randn(p * m, generator=g) * 1e-4
         low = full.to(torch.bfloat16)
         outs = emulate_all_gather([low[r * m : (r + 1) * m] for r in range(p)], states)
-        assert all(torch.equal(words(o), words(low)) for o in outs)
+        assert all(torch.equal(words(o), words(low)) for o in outs)  # same kernel: integer bit patterns
     for st_ in states:
         log = st_.decision_history
         assert [d["iteration"] for d in log] == [1, 3, 5]
