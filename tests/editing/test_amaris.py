@@ -105,8 +105,8 @@ def test_full_budget_equals_peft_task_arithmetic_and_zero_is_base():
     Cs, Cb = _psd(5, 8), _psd(5, 9)
     full = amaris(taus, w, Cs, Cb, budget=1.0, eps_rel=1e-12)
     assert torch.allclose(full, task_arithmetic([t.clone() for t in taus], w.clone()), atol=1e-8)
-    assert torch.equal(amaris(taus, w, Cs, Cb, budget=0.0), torch.zeros(8, 5, dtype=torch.float64))
-    assert torch.equal(
+    assert torch.equal(amaris(taus, w, Cs, Cb, budget=0.0), torch.zeros(8, 5, dtype=torch.float64))  # same kernel: budget 0 returns the constant zeros
+    assert torch.equal(  # same kernel: rank 0 returns the constant zeros
         amaris(taus, w, Cs, Cb, budget=1.0, max_rank=0), torch.zeros(8, 5, dtype=torch.float64)
     )
 
@@ -121,7 +121,7 @@ def test_state_dict_merge_endpoints(pair):
     assert set(m1) == set(base) and all(
         m1[k].dtype == base[k].dtype and m1[k].shape == base[k].shape for k in base
     )
-    assert torch.equal(m1["model.embed_tokens.weight"], base["model.embed_tokens.weight"])  # other="base"
+    assert torch.equal(m1["model.embed_tokens.weight"], base["model.embed_tokens.weight"])  # same kernel: copied from base; other="base"
 
 
 def test_constructed_case_full_capture_zero_deviation():
@@ -167,7 +167,7 @@ def test_baselines_dare_unbiased_ties_density_one(pair):
         dare_merge(base, [spec], 0.5, 0.8, seed=3, keys=[key]),
         dare_merge(base, [spec], 0.5, 0.8, seed=3, keys=[key]),
     )
-    assert torch.equal(a[key], b[key])
+    assert torch.equal(a[key], b[key])  # same kernel: rerun, same shapes and seed
 
 
 def test_lora_full_budget_equals_merge_and_unload():

@@ -137,10 +137,10 @@ def test_apply_and_revert_bit_exact(model):
     original = model.state_dict()
     original = {k: v.clone() for k, v in original.items()}
     handle = apply_update(site, torch.randn(site.d_v, site.d_k, dtype=torch.float64))
-    assert not torch.equal(site.module.weight, original["model.layers.1.mlp.down_proj.weight"])
+    assert not torch.equal(site.module.weight, original["model.layers.1.mlp.down_proj.weight"])  # same kernel: n/a, asserts a difference
     handle.revert()
     for k, v in model.state_dict().items():
-        assert torch.equal(v, original[k]), k
+        assert torch.equal(v, original[k]), k  # same kernel: revert copies the saved weight back
 
 
 def test_key_moment_halves_average_and_psd(model):
@@ -209,7 +209,7 @@ def test_top1_padded_batch_matches_single(model):
     bound = n * torch.finfo(torch.float32).eps * float(logits.abs().max())
     top2 = logits.topk(2, dim=-1).values
     assert ((top2[:, 0] - top2[:, 1]) > 2 * bound).all()  # no near-tie: the tokens cannot flip on any CPU
-    assert torch.equal(batched, single)  # integer tokens
+    assert torch.equal(batched, single)  # same kernel: integer tokens, guarded by the margin check above
 
 
 class _WordTok:
