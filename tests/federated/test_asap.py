@@ -131,7 +131,7 @@ def test_asap_updates_stay_within_minmax_distance_bound():
     limit = float(torch.cdist(ctx.honest_updates, ctx.honest_updates).max())
     assert float((ctx.honest_updates - u[0]).norm(dim=1).max()) <= limit + 1e-5
     assert 0.0 < attack.alphas[-1] <= attack.bounds[-1]
-    assert torch.equal(u[0], u[1])
+    assert torch.equal(u[0], u[1])  # same kernel: the same crafted row for every attacker
 
 
 @pytest.mark.parametrize("name", ["none", "LIE", "MinMax", "MinSum", "FedSA-lite", "ASAP"])
@@ -139,7 +139,7 @@ def test_attacks_shapes_finite_and_deterministic(name):
     out1 = make_attack(name, 0.5).craft(_ctx(observe=lambda p: 0.8))
     out2 = make_attack(name, 0.5).craft(_ctx(observe=lambda p: 0.8))
     assert out1.shape == (3, 20) and torch.isfinite(out1).all()
-    assert torch.equal(out1, out2)
+    assert torch.equal(out1, out2)  # same kernel: rerun, same shapes and seed
 
 
 def test_attack_classes():

@@ -65,7 +65,7 @@ def test_fang_krum_partial_knowledge_and_bound():
     honest = _benign(4, 6, 0)
     ctx = AttackContext(3, torch.zeros(6), honest, num_clients=20)
     out = FangKrum().craft(ctx)
-    assert out.shape == (4, 6) and torch.equal(out[0], out[3])
+    assert out.shape == (4, 6) and torch.equal(out[0], out[3])  # same kernel: the same crafted row for every attacker
     lam = fang_krum_lambda_max(honest, 20, 4)
     # bound = min neighbour-distance sum / ((n - 2c - 1) sqrt d) + max norm / sqrt d, by hand
     dist = torch.cdist(honest.double(), honest.double())
@@ -92,7 +92,7 @@ def test_fang_trim_partial_knowledge_intervals(c, d, seed, rnd):
         out[:, down] <= (mu - 3 * sd)[down] + tol
     ).all()
     again = FangTrimmedMean(seed=7).craft(ctx)
-    assert torch.equal(again, out.float())  # colluders on other nodes craft the same updates
+    assert torch.equal(again, out.float())  # same kernel: rerun, same shapes and seed; colluders on other nodes craft the same updates
 
 
 def test_fang_trim_full_knowledge_moves_the_trimmed_mean_against_the_benign_direction():

@@ -102,7 +102,7 @@ def _without(strategy, skip: dict[int, set[int]]):
 
 
 def _equal(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
-    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)  # same kernel: the same clients' updates, aggregated in the same order
 
 
 def _finite(state: dict[str, torch.Tensor]) -> bool:

@@ -65,11 +65,11 @@ def test_arrayrecord_round_trip_and_flatten():
     rec = to_arrayrecord(state)
     assert isinstance(rec, ArrayRecord)
     back = from_arrayrecord(rec)
-    assert all(torch.equal(state[k], back[k]) for k in state)
+    assert all(torch.equal(state[k], back[k]) for k in state)  # same kernel: serialisation round trip
     flat = flatten_state(state)
     assert flat.shape == (8,)
     again = unflatten_state(flat, state)
-    assert all(torch.equal(state[k], again[k]) for k in state)
+    assert all(torch.equal(state[k], again[k]) for k in state)  # same kernel: flatten/unflatten round trip
     with pytest.raises(ValueError, match="flat must have shape"):
         unflatten_state(torch.zeros(3), state)
     with pytest.raises(TypeError, match="ArrayRecord"):

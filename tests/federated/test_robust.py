@@ -39,9 +39,9 @@ def test_fedavg_closed_form():
 
 
 def test_median_odd_and_even():
-    assert torch.equal(coordinate_median(U), torch.tensor([3.0, 20.0]))
+    assert torch.equal(coordinate_median(U), torch.tensor([3.0, 20.0]))  # same kernel: a median selects an input value
     # even n: mean of the two middle values
-    assert torch.equal(coordinate_median(U[:4]), torch.tensor([2.5, 25.0]))
+    assert torch.equal(coordinate_median(U[:4]), torch.tensor([2.5, 25.0]))  # same kernel: (2 + 3) / 2 and (20 + 30) / 2 are exact
 
 
 def test_trimmed_mean_closed_form():
@@ -60,7 +60,7 @@ def test_krum_scores_and_benign_pick():
         scores, torch.tensor([1 + 4, 1 + 1, 1 + 1, 1 + 4, 47**2 + 48**2], dtype=scores.dtype)
     )
     assert krum_select(x, 1).tolist() == [1]  # tie 1 vs 2 broken by index
-    assert torch.equal(krum(x, 1), torch.tensor([1.0]))
+    assert torch.equal(krum(x, 1), torch.tensor([1.0]))  # same kernel: krum selects an input row
     assert torch.allclose(multi_krum(x, 1), torch.tensor([1.5]))  # mean of the n-f=4 best: 0,1,2,3
     assert 4 not in krum_select(U, 1, multi=4).tolist()  # the far-away update is excluded
 
