@@ -72,7 +72,7 @@ def test_deterministic_in_eval(toy):
     model = _small().eval()
     a = model(toy.x, toy.edge_index)
     b = model(toy.x, toy.edge_index)
-    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])  # same kernel: rerun, same shapes and seed
 
 
 @pytest.mark.parametrize(
@@ -188,7 +188,7 @@ def test_memory_accounting_ranks_grace_above_gcn_mlp(toy):
 def test_structural_features_and_noise_diagnostic(toy):
     s1 = structural_features(toy.edge_index, 120, 8)
     s2 = structural_features(toy.edge_index, 120, 8)
-    assert s1.shape == (120, 8) and torch.equal(s1, s2)
+    assert s1.shape == (120, 8) and torch.equal(s1, s2)  # same kernel: rerun, same shapes and seed
     tiny = structural_features(torch.tensor([[0, 1, 1, 2], [1, 0, 2, 1]]), 5, 16)
     assert tiny.shape == (5, 16) and (tiny[:, 5:] == 0).all()
     model = _small(gcn_input="structural")

@@ -30,8 +30,8 @@ def _rewired_pair():
         return torch.tensor([src, dst])
 
     a, b = und(base), und(swap)
-    assert not torch.equal(a, b)
-    assert torch.equal(torch.bincount(a[0], minlength=8), torch.bincount(b[0], minlength=8))
+    assert not torch.equal(a, b)  # same kernel: n/a, asserts a difference
+    assert torch.equal(torch.bincount(a[0], minlength=8), torch.bincount(b[0], minlength=8))  # same kernel: integer counts
     return a, b
 
 

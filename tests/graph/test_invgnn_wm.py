@@ -146,9 +146,9 @@ def test_carriers_reproducible_and_balanced():
     c = CarrierSet.generate(6, 24, (8, 20), feature_sampler=_sampler())
     assert len(a) == 24
     for ga, gb in zip(a.graphs, b.graphs):
-        assert torch.equal(ga.edge_index, gb.edge_index) and torch.equal(ga.x, gb.x)
-    assert torch.equal(a.invariants, b.invariants) and torch.equal(a.bits, b.bits)
-    assert not torch.equal(a.invariants, c.invariants)
+        assert torch.equal(ga.edge_index, gb.edge_index) and torch.equal(ga.x, gb.x)  # same kernel: rerun, same shapes and seed
+    assert torch.equal(a.invariants, b.invariants) and torch.equal(a.bits, b.bits)  # same kernel: rerun, same shapes and seed
+    assert not torch.equal(a.invariants, c.invariants)  # same kernel: n/a, asserts a difference
     assert abs(int(a.bits.sum()) - 12) <= 1
     odd = CarrierSet.generate(1, 13, (8, 20), num_features=4)
     assert abs(int(odd.bits.sum()) - 6.5) <= 1
@@ -182,7 +182,7 @@ def test_feature_samplers():
     bank = torch.arange(12.0).view(4, 3)
     rows = RowFeatureSampler(bank)(10, gen)
     assert rows.shape == (10, 3)
-    assert all(any(torch.equal(r, b) for b in bank) for r in rows)
+    assert all(any(torch.equal(r, b) for b in bank) for r in rows)  # same kernel: rows copied from the bank
     with pytest.raises(ValueError, match="bank"):
         RowFeatureSampler(torch.ones(3))
     with pytest.raises(ValueError, match="std"):
@@ -280,7 +280,7 @@ def test_decoded_bits_invariant_to_node_relabelling(toy):
     assert (scores - scores_p).abs().max() <= 1e-5
     # the bits are thresholded scores: portable because no score lies within that tolerance of the threshold
     assert (scores - wm.reference).abs().min() > 2e-5
-    assert torch.equal(bits, (scores_p > wm.reference).long())  # integer bits
+    assert torch.equal(bits, (scores_p > wm.reference).long())  # same kernel: integer bits (no score within the tolerance of the threshold, above)
 
 
 def test_imperceptibility(toy):
@@ -295,9 +295,9 @@ def test_key_roundtrip(toy, tmp_path):
     loaded = WatermarkKey.load(tmp_path / "key.pt")
     wm2 = InvGNNWatermark.from_key(loaded)
     for g1, g2 in zip(wm.carriers.graphs, wm2.carriers.graphs):
-        assert torch.equal(g1.edge_index, g2.edge_index) and torch.equal(g1.x, g2.x)
-    assert torch.equal(wm.carriers.invariants, wm2.carriers.invariants)
-    assert torch.equal(wm.bits, wm2.bits) and torch.equal(wm.carriers.bits, wm2.carriers.bits)
+        assert torch.equal(g1.edge_index, g2.edge_index) and torch.equal(g1.x, g2.x)  # same kernel: key save/load round trip
+    assert torch.equal(wm.carriers.invariants, wm2.carriers.invariants)  # same kernel: key save/load round trip
+    assert torch.equal(wm.bits, wm2.bits) and torch.equal(wm.carriers.bits, wm2.carriers.bits)  # same kernel: key save/load round trip
     query = node_query(toy["marked"])
     assert torch.allclose(wm.scores(query), wm2.scores(query))
     assert wm2.verify(query).matches == wm.verify(query).matches
@@ -309,7 +309,7 @@ def test_key_bits_reflect_targets(toy):
     a, c = wm.carriers.invariants.float(), wm.reference
     assert torch.allclose(wm.targets[kappa], 2 * c - a[kappa])
     assert torch.allclose(wm.targets[~kappa], a[~kappa])
-    assert torch.equal(wm.bits, (wm.targets > c).long())
+    assert torch.equal(wm.bits, (wm.targets > c).long())  # same kernel: integer bits, the same comparison on the stored targets
     assert int(wm.bits.sum()) == 16  # owner string exactly balanced
 
 
@@ -354,7 +354,7 @@ def test_prune_global_sparsity(toy):
         pruned = prune_global(model, amount)
         assert weight_sparsity(pruned) == pytest.approx(amount, abs=2e-3)
         assert not any("orig" in n for n, _ in pruned.named_parameters())
-    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))  # same kernel: untouched parameters, no arithmetic (pruning works on a copy)
     with pytest.raises(ValueError, match="amount"):
         prune_global(model, 1.5)
 
@@ -378,18 +378,18 @@ def test_finetune_and_distill_change_weights_keep_shapes(toy):
     data, model = toy["data"], toy["marked"]
     ref = [p.clone() for p in model.parameters()]
     tuned = finetune(model, data, 3, 1e-2)
-    assert all(torch.equal(a, b) for a, b in zip(ref, model.parameters()))
-    assert any(not torch.equal(a, b) for a, b in zip(ref, tuned.parameters()))
+    assert all(torch.equal(a, b) for a, b in zip(ref, model.parameters()))  # same kernel: untouched parameters, no arithmetic (finetune works on a copy)
+    assert any(not torch.equal(a, b) for a, b in zip(ref, tuned.parameters()))  # same kernel: n/a, asserts a difference
     assert tuned(data.x, data.edge_index).shape == (data.num_nodes, 3)
     reinit = finetune(model, data, 0, 1e-2, reinit_last=True)
-    assert not torch.equal(reinit.convs[-1].lin.weight, model.convs[-1].lin.weight)
-    assert torch.equal(reinit.convs[0].lin.weight, model.convs[0].lin.weight)
+    assert not torch.equal(reinit.convs[-1].lin.weight, model.convs[-1].lin.weight)  # same kernel: n/a, asserts a difference
+    assert torch.equal(reinit.convs[0].lin.weight, model.convs[0].lin.weight)  # same kernel: layer 0 copied, not reinitialised
     torch.manual_seed(9)
     student = make_gnn("gcn", 8, 3, hidden=32)
     s0 = [p.clone() for p in student.parameters()]
     out = distill(model, student, data, 3, watermark=toy["wm"])
     assert out is student
-    assert any(not torch.equal(a, b) for a, b in zip(s0, student.parameters()))
+    assert any(not torch.equal(a, b) for a, b in zip(s0, student.parameters()))  # same kernel: n/a, asserts a difference
     assert student(data.x, data.edge_index).shape == (data.num_nodes, 3)
     assert all(p.requires_grad for p in toy["wm"].parameters())  # head unfrozen afterwards
 

@@ -64,7 +64,7 @@ def test_spikes_binary_and_reset(cls):
     assert all(set(s.unique().tolist()) <= {0.0, 1.0} for s in first)
     neuron.reset()
     second = [neuron(i) for i in inputs]
-    assert all(torch.equal(a, b) for a, b in zip(first, second))
+    assert all(torch.equal(a, b) for a, b in zip(first, second))  # same kernel: rerun after reset, same inputs
 
 
 @pytest.mark.parametrize(("c", "theta"), [(0.3, 1.0), (0.5, 1.0), (0.26, 0.5), (1.5, 1.0)])
@@ -174,12 +174,12 @@ def test_layers_equivariant_and_sparse_agree(graph, layer_cls):
     out_p = layer(xp, eip)
     layer.reset()
     torch.testing.assert_close(currents[-1], cur[perm], rtol=0.0, atol=bound)
-    assert torch.equal(out_p[robust[perm]], out[perm][robust[perm]])
+    assert torch.equal(out_p[robust[perm]], out[perm][robust[perm]])  # same kernel: binary spikes at robust nodes (currents checked above)
     for convert in (to_torch_coo_tensor, to_torch_csr_tensor):
         out_s = layer(graph.x, convert(graph.edge_index, size=60))
         layer.reset()
         torch.testing.assert_close(currents[-1], cur, rtol=0.0, atol=bound)
-        assert torch.equal(out_s[robust], out[robust])
+        assert torch.equal(out_s[robust], out[robust])  # same kernel: binary spikes at robust nodes (currents checked above)
 
 
 def test_spiking_gcn_conv_matches_hand_propagation():
@@ -218,7 +218,7 @@ def test_sgnn_logits_rates_and_equivariance(graph, kw):
     xp, eip = _permute(graph, perm)
     assert torch.allclose(model(xp, eip), logits[perm], atol=1e-5)
     # states were reset at the end of forward: a second call is identical
-    assert torch.equal(model(graph.x, graph.edge_index), logits)
+    assert torch.equal(model(graph.x, graph.edge_index), logits)  # same kernel: rerun, same shapes and seed
 
 
 def test_sgnn_trains_with_bptt(graph):
@@ -477,7 +477,7 @@ def test_zoo_deterministic_and_stateless_between_calls(name, graph):
         model = ZOO[name](6, 3).eval()
         outs.append(model(graph.x, graph.edge_index))
         outs.append(model(graph.x, graph.edge_index))  # membranes reset between calls
-    assert all(torch.equal(outs[0], o) for o in outs[1:])
+    assert all(torch.equal(outs[0], o) for o in outs[1:])  # same kernel: rerun, same shapes and seed
 
 
 @pytest.mark.parametrize("name", sorted(ZOO))
@@ -547,7 +547,7 @@ def test_drsgnn_uses_dynamic_thresholds_and_caches_pe(graph):
     model(graph.x, graph.edge_index)
     assert model._pe_cache[2] is pe  # same graph: cached
     model(graph.x, graph.edge_index.flip(1).contiguous())  # same edges, other order: recomputed, equal
-    assert model._pe_cache[2] is not pe and torch.equal(model._pe_cache[2], pe)
+    assert model._pe_cache[2] is not pe and torch.equal(model._pe_cache[2], pe)  # same kernel: the dense adjacency is the same matrix for any edge order
 
 
 def test_spikegcl_steps_see_disjoint_feature_groups():
