@@ -110,12 +110,12 @@ def test_masked_backend_additive_mask_equals_boolean_mask(dtype, n, block):
         out = sparse_prefill_attention(q, k, v, plan, block, backend="masked")
         assert out.dtype == dtype and torch.isfinite(out).all()
         # same kernel: SDPA turns a boolean mask into this additive 0/-inf mask before its kernel
-        assert torch.equal(out, _bool_mask_reference(q, k, v, plan, block))
+        assert torch.equal(out, _bool_mask_reference(q, k, v, plan, block))  # same kernel (see above)
     # broadcast and materialised copies of one plan give the same result
     plan = torch.rand(nb, nb, generator=g) < 0.5
     a = sparse_prefill_attention(q, k, v, plan.expand(3, 4, nb, nb), block)
     # same kernel: one SDPA call, the mask's strides differ, not its values or the arithmetic
-    assert torch.equal(a, sparse_prefill_attention(q, k, v, plan.expand(3, 4, nb, nb).clone(), block))
+    assert torch.equal(a, sparse_prefill_attention(q, k, v, plan.expand(3, 4, nb, nb).clone(), block))  # same kernel (see above)
 
 
 @pytest.mark.parametrize("n", [48, 53])
@@ -190,9 +190,9 @@ def test_flex_block_mask_without_lookup_keeps_the_block_lists_and_drops_the_capt
     plan = torch.rand(5, 5, generator=torch.Generator().manual_seed(3)) < 0.5
     a, b = flex_block_mask(plan, block, n), flex_block_mask(plan, block, n, lookup=False)
     for name in ("kv_num_blocks", "kv_indices", "full_kv_num_blocks", "full_kv_indices"):
-        assert torch.equal(getattr(a, name), getattr(b, name))
+        assert torch.equal(getattr(a, name), getattr(b, name))  # same kernel: integer block lists
     i = torch.arange(n)
-    assert torch.equal(b.mask_mod(0, 0, i[:, None], i[None, :]), i[None, :] <= i[:, None])
+    assert torch.equal(b.mask_mod(0, 0, i[:, None], i[None, :]), i[None, :] <= i[:, None])  # same kernel: bool mask
     assert b.mask_mod.__closure__ is None
 
 
@@ -221,17 +221,17 @@ def test_flex_block_mask_encodes_the_plan():
     plan = a_shape_mask(n, block, 1, 1)
     bm = flex_block_mask(plan, block, n)
     assert isinstance(bm, BlockMask) and bm.shape == (1, 1, n, n)
-    assert torch.equal(bm.to_dense()[0, 0].bool(), plan)  # partial + full blocks = the selected blocks
-    assert torch.equal(bm.full_kv_num_blocks[0, 0], (plan.sum(-1) - 1).int())  # all but the diagonal
+    assert torch.equal(bm.to_dense()[0, 0].bool(), plan)  # same kernel: bool mask; partial + full blocks = the selected blocks
+    assert torch.equal(bm.full_kv_num_blocks[0, 0], (plan.sum(-1) - 1).int())  # same kernel: integer counts; all but the diagonal
     # token level: the mask_mod reproduces block-expanded plan AND causal
     tok = create_mask(bm.mask_mod, 1, 1, n, n, device="cpu")[0, 0]
     i = torch.arange(n)
     expected = plan[i[:, None] // block, i[None, :] // block] & (i[None, :] <= i[:, None])
-    assert torch.equal(tok, expected)
+    assert torch.equal(tok, expected)  # same kernel: bool mask
     # an upper-triangular request is ignored, the diagonal is forced on
     weird = torch.zeros(5, 5, dtype=torch.bool)
     weird[0, 4] = True
-    assert torch.equal(
+    assert torch.equal(  # same kernel: bool mask
         flex_block_mask(weird, block, n).to_dense()[0, 0].bool(), torch.eye(5, dtype=torch.bool)
     )
     # a [nb, nb] BlockMask broadcasts over batch and heads inside flex_attention
@@ -269,7 +269,7 @@ def test_a_shape_mask_by_hand():
         ],
         dtype=torch.bool,
     )
-    assert torch.equal(m, expected)
+    assert torch.equal(m, expected)  # same kernel: bool mask
     assert torch.isclose(block_density(m), torch.tensor(12 / 15))
     with pytest.raises(ValueError, match="block_size"):
         a_shape_mask(80, 0)
@@ -364,7 +364,7 @@ def test_static_and_dense_heads():
     }
     plan = plan_blocks(q, k, AdaCalConfig(block_size=16, policies=all_static))
     assert (plan.head_type == HEAD_STATIC).all()
-    assert torch.equal(plan.mask, a_shape_mask(256, 16).expand(2, 4, 16, 16))
+    assert torch.equal(plan.mask, a_shape_mask(256, 16).expand(2, 4, 16, 16))  # same kernel: bool mask
     all_dense = {t: TaskPolicy(0.0, 0.0, p.gamma, p.augment, p.beta_max) for t, p in DEFAULT_POLICIES.items()}
     plan = plan_blocks(q, k, AdaCalConfig(block_size=16, policies=all_dense, dense_quota=0.5))
     assert ((plan.head_type == HEAD_DENSE).sum(-1) == 2).all()  # quota round(0.5 * 4) = 2
@@ -399,7 +399,7 @@ def test_beta_max_budget_binds_for_dynamic_heads():
     assert (plan.head_type == HEAD_DYNAMIC).all()
     mandatory = a_shape_mask(256, 16, 1, 2).sum(-1)
     cap = torch.maximum(torch.ceil(0.3 * torch.arange(1, nb + 1)).long(), mandatory)
-    assert torch.equal(plan.mask.sum(-1), cap.expand(2, 4, nb))  # exactly the cap, never more
+    assert torch.equal(plan.mask.sum(-1), cap.expand(2, 4, nb))  # same kernel: integer counts; exactly the cap, never more
     assert (plan.density < 1.0).all()
     loose = {t: TaskPolicy(0.0, 1.0, 1.0, "off", 1.0) for t in DEFAULT_POLICIES}
     plan = plan_blocks(q, k, AdaCalConfig(block_size=16, policies=loose, dense_quota=0.0), task="mixed")
@@ -413,7 +413,7 @@ def test_plan_accepts_bf16():
     assert plan16.mask.shape == plan32.mask.shape and plan16.metrics["entropy"].dtype == torch.float32
     assert not plan16.mask.triu(1).any()
     # the strong mid-context key dominates heads 2, 3 in both precisions
-    assert torch.equal(plan16.head_type[:, 2:], plan32.head_type[:, 2:])
+    assert torch.equal(plan16.head_type[:, 2:], plan32.head_type[:, 2:])  # same kernel: integer head types; the planted key dominates heads 2-3 in either precision
 
 
 def test_too_few_blocks_falls_back_to_dense_with_warning():
@@ -587,7 +587,7 @@ def test_decode_is_dense_and_generation_matches(tiny_model):
     n = cfg.num_hidden_layers * (cfg.hidden_size + cfg.intermediate_size + g1.shape[1])
     top2 = logits.topk(2, dim=-1).values
     assert (top2[:, 0] - top2[:, 1]).min() > 2 * n * torch.finfo(torch.float32).eps * logits.abs().max()
-    assert torch.equal(g1, g2)
+    assert torch.equal(g1, g2)  # same kernel: integer tokens, guarded by the margin check above
 
 
 def test_decode_path_calls_sdpa_exactly():

@@ -60,7 +60,7 @@ def test_decode_encode_equals_simulate_bitwise(bits):
     state = q.init_state(x[..., :16, :])
     codes, _ = q.encode(x, state)
     assert codes.shape == (2, 3, 256, math.ceil(16 * bits / 8)) and codes.dtype == torch.uint8
-    assert torch.equal(q.decode(codes, 256, state), q.simulate(x, state))
+    assert torch.equal(q.decode(codes, 256, state), q.simulate(x, state))  # same kernel: the same float64 elementwise steps in the encoder's order; cumsum is sequential
 
 
 def test_encoding_continues_across_chunks_and_decoder_replays_states():
@@ -70,8 +70,8 @@ def test_encoding_continues_across_chunks_and_decoder_replays_states():
     full, end = q.encode(x, s0)
     c1, e1 = q.encode(x[..., :50, :], s0)
     c2, e2 = q.encode(x[..., 50:, :], e1)
-    assert torch.equal(torch.cat([c1, c2], -2), full)
-    assert torch.equal(e2.log_acc, end.log_acc) and torch.equal(e2.dsum, end.dsum) and e2.t == 120
+    assert torch.equal(torch.cat([c1, c2], -2), full)  # same kernel: integer codes; chunks run the same per-token recurrence
+    assert torch.equal(e2.log_acc, end.log_acc) and torch.equal(e2.dsum, end.dsum) and e2.t == 120  # same kernel: the same per-token recurrence, continued from the state
 
 
 def test_error_bound_unsaturated_codes():
@@ -188,8 +188,8 @@ def test_identity_path_equals_dynamic_cache_bitwise_gqa_batch():
     ref = model.generate(ids, cache=DynamicCache(config=model.config), **kw)
     cache = ADKVCache(model.config, ADKVConfig(bits=16))
     out = model.generate(ids, cache=cache, **kw)
-    assert torch.equal(ref.sequences, out.sequences)
-    assert all(torch.equal(a, b) for a, b in zip(ref.scores, out.scores))
+    assert torch.equal(ref.sequences, out.sequences)  # same kernel: the identity path returns the same key/value tensors: same forward
+    assert all(torch.equal(a, b) for a, b in zip(ref.scores, out.scores))  # same kernel: the identity path returns the same key/value tensors: same forward
     assert cache.get_seq_length() == 9 + 15 - 1
 
 
@@ -207,11 +207,13 @@ def test_packed_and_simulated_storage_identical_and_rows_independent():
         cache = ADKVCache(model.config, ADKVConfig(bits=2, storage=storage))
         outs[storage] = model.generate(ids, attention_mask=mask, cache=cache, **kw)
         assert cache.get_seq_length() == 24 + 10 - 1
-    assert torch.equal(outs["packed"].sequences, outs["simulated"].sequences)
-    assert all(torch.equal(a, b) for a, b in zip(outs["packed"].scores, outs["simulated"].scores))
+    assert torch.equal(outs["packed"].sequences, outs["simulated"].sequences)  # same kernel: both storages give the same dequantised bits (elementwise), then the same forward
+    assert all(torch.equal(a, b) for a, b in zip(outs["packed"].scores, outs["simulated"].scores))  # same kernel: both storages give the same dequantised bits (elementwise), then the same forward
     single = model.generate(
         ids[1:], attention_mask=mask[1:], cache=ADKVCache(model.config, ADKVConfig(bits=2)), **kw
     )
+    # NOT the same kernel (batch 1 vs batch 2 GEMMs): integer tokens, equal unless a float32 rounding difference
+    # flips a 2-bit code and that then flips a greedy choice (no bound through the quantiser)
     assert torch.equal(single.sequences[0], outs["packed"].sequences[1])
 
 
@@ -226,7 +228,7 @@ def test_reorder_and_crop():
     beam = torch.tensor([1, 1, 0])
     cache.reorder_cache(beam)
     k_after = torch.cat([layer.dequantized_states()[0], layer.keys], -2)
-    assert torch.equal(k_after, k_before[beam])
+    assert torch.equal(k_after, k_before[beam])  # same kernel: reorder is a gather of the same values
     cache.crop(-2)
     assert cache.get_seq_length() == 10 and layer.keys.shape[-2] == 2
     with pytest.raises(ValueError, match="residual tokens"):
@@ -283,9 +285,9 @@ def test_bulk_prefill_equals_layerwise_updates():
             a.update(k, v, i)
         b.bulk_prefill(kv, max_chunk_elements=chunk)
         for la, lb in zip(a.layers, b.layers):
-            assert torch.equal(la.key_codes, lb.key_codes) and torch.equal(la.value_codes, lb.value_codes)
+            assert torch.equal(la.key_codes, lb.key_codes) and torch.equal(la.value_codes, lb.value_codes)  # same kernel: integer codes
             assert torch.allclose(la.dequantized_states()[0], lb.dequantized_states()[0], rtol=0, atol=1e-6)
-            assert torch.equal(la.keys, lb.keys) and la.get_seq_length() == lb.get_seq_length() == 20
+            assert torch.equal(la.keys, lb.keys) and la.get_seq_length() == lb.get_seq_length() == 20  # same kernel: full-precision residual keys, copies
         assert a.memory_bytes() == b.memory_bytes()
         new = torch.randn(2, 2, 1, 16, generator=g)
         ka, _ = a.update(new, new, 0)
@@ -317,7 +319,7 @@ def test_decoder_regenerates_encoder_states_from_codes_alone(levels):
         assert torch.allclose(s_dec[..., t, :], s, rtol=1e-12, atol=0)
         u = (x[..., t, :] - z) / s
         qt = torch.clamp((torch.floor(u) if levels == "midrise" else torch.round(u)) + o, 0, top)
-        assert torch.equal(qt.to(torch.uint8), codes[..., t, :])
+        assert torch.equal(qt.to(torch.uint8), codes[..., t, :])  # same kernel: integer codes from the same float64 steps
         d = qt - o + (0.5 if levels == "midrise" else 0.0)
         sat = (qt == 0) | (qt == top)
         z = z + eta_z * d * s  # = z + eta_z (x_hat - z)
@@ -335,11 +337,11 @@ def test_checkpointed_decode_is_bit_identical(every):
     c2, e2 = q.encode(x[..., 90:, :], e1)
     codes = torch.cat([c1, c2], -2)
     ref_codes, _ = plain.encode(x, s0)
-    assert torch.equal(codes, ref_codes)  # checkpointing changes nothing in the stream
+    assert torch.equal(codes, ref_codes)  # same kernel: integer codes; checkpointing changes nothing in the stream
     n_ck = 202 // every
     assert (e2.checkpoints is None) if n_ck == 0 else e2.checkpoints.shape == (2, 3, n_ck, 3, 16)
     chunked = q.decode(codes, 203, s0, e2.checkpoints)
-    assert torch.equal(chunked, q.decode(codes, 203, s0)) and torch.equal(chunked, plain.simulate(x, s0))
+    assert torch.equal(chunked, q.decode(codes, 203, s0)) and torch.equal(chunked, plain.simulate(x, s0))  # same kernel: elementwise float64 scan, sums restart from the exact checkpointed sums
     if n_ck:
         with pytest.raises(ValueError, match="checkpoints"):
             q.decode(codes, 203, s0, e2.checkpoints[..., :-1, :, :] if n_ck > 0 else None)
@@ -363,7 +365,7 @@ def test_checkpoints_property_any_length_split_and_period(T, every, split, bits,
     c2, e2 = q.encode(x[..., split:, :], e1)
     assert e2.t == T and (0 if e2.checkpoints is None else e2.checkpoints.shape[-3]) == (T - 1) // every
     codes = torch.cat([c1, c2], -2)
-    assert torch.equal(q.decode(codes, T, s0, e2.checkpoints), q.decode(codes, T, s0))
+    assert torch.equal(q.decode(codes, T, s0, e2.checkpoints), q.decode(codes, T, s0))  # same kernel: elementwise float64 scan, sums restart from the exact checkpointed sums
 
 
 @settings(max_examples=25, deadline=None)
@@ -375,7 +377,7 @@ def test_outlier_index_packing_roundtrip(head_dim, heads, data):
     assert 2 ** (w - 1) < head_dim <= 2**w or head_dim == 1
     packed = _pack_indices(idx, w)
     assert packed.dtype == torch.uint8 and packed.numel() == math.ceil(heads * n * w / 8)
-    assert torch.equal(_unpack_indices(packed, w, idx.shape), idx)
+    assert torch.equal(_unpack_indices(packed, w, idx.shape), idx)  # same kernel: integer indices
 
 
 @pytest.mark.parametrize(
@@ -419,8 +421,8 @@ def test_checkpointed_cache_generates_identically():
         )
         for c in (None, 4)
     ]
-    assert torch.equal(outs[0].sequences, outs[1].sequences)
-    assert all(torch.equal(a, b) for a, b in zip(outs[0].scores, outs[1].scores))
+    assert torch.equal(outs[0].sequences, outs[1].sequences)  # same kernel: same dequantised bits with or without checkpoints, then the same forward
+    assert all(torch.equal(a, b) for a, b in zip(outs[0].scores, outs[1].scores))  # same kernel: same dequantised bits with or without checkpoints, then the same forward
 
 
 # ---------------------------------------------------------------------- outlier channels (spec step 4)
@@ -456,8 +458,8 @@ def test_outlier_channels_are_exact_fp16_and_reduce_error():
         errs[n] = float((kh - k).pow(2).mean())
         if n:
             assert layer.outliers[0].tolist() == [[3], [12]]  # keys: chosen from the first 16 tokens
-            assert torch.equal(kh[:, 0, :, 3], k[:, 0, :, 3].half().float())
-            assert torch.equal(kh[:, 1, :, 12], k[:, 1, :, 12].half().float())
+            assert torch.equal(kh[:, 0, :, 3], k[:, 0, :, 3].half().float())  # same kernel: outlier channels are the fp16 cast of the same values
+            assert torch.equal(kh[:, 1, :, 12], k[:, 1, :, 12].half().float())  # same kernel: outlier channels are the fp16 cast of the same values
             assert layer.key_outlier_values.shape == (2, 2, 48, 1)
             assert layer.key_outlier_values.dtype == torch.float16
             assert layer.key_codes.shape == (2, 48, math.ceil(2 * 15 * 2 / 8))
@@ -482,9 +484,9 @@ def test_given_outliers_are_used_and_packed_equals_simulated_and_bulk_prefill():
         assert a.layers[0].outliers.tolist() == [[[1, 7], [0, 15]], [[2, 3], [4, 5]]]
         assert b.layers[1].outliers.shape == (2, 2, 2)  # layer 1: chosen from its first tokens
         for la, lb in zip(a.layers, b.layers):
-            assert torch.equal(la.key_codes, lb.key_codes) and torch.equal(la.value_codes, lb.value_codes)
-            assert torch.equal(la.key_outlier_values, lb.key_outlier_values)
-            assert torch.equal(la.stream_state.checkpoints, lb.stream_state.checkpoints)
+            assert torch.equal(la.key_codes, lb.key_codes) and torch.equal(la.value_codes, lb.value_codes)  # same kernel: integer codes
+            assert torch.equal(la.key_outlier_values, lb.key_outlier_values)  # same kernel: fp16 copies of the same values
+            assert torch.equal(la.stream_state.checkpoints, lb.stream_state.checkpoints)  # same kernel: checkpoints of the same per-token recurrence
         assert a.memory_bytes() == b.memory_bytes()
         states[storage] = a.update(new, new, 0)
         assert torch.allclose(b.update(new, new, 0)[0], states[storage][0], rtol=0, atol=1e-6)
@@ -570,7 +572,7 @@ def test_calibration_of_layer_slices_reproduces_joint_run_bitwise():
     assert out.shape == (3, 2, 2, 1)
     for part in ([0, 2], [1]):
         p, o = calibrate_streams(Q[part], K[part], V[part], cfg, loss_layers=3, **kw)
-        assert torch.equal(p, joint[part]) and torch.equal(o, out[part])
+        assert torch.equal(p, joint[part]) and torch.equal(o, out[part])  # same kernel: per (layer, head) the same GEMM shapes and per-layer reductions; a slice changes only the batch count
 
 
 def test_calibrated_outliers_reach_the_cache():
@@ -584,8 +586,8 @@ def test_calibrated_outliers_reach_the_cache():
     with torch.no_grad():
         model(ids, cache=cache)
     for i, layer in enumerate(cache.layers):
-        assert torch.equal(layer.outliers[0], params[i]["key_outliers"])
-        assert torch.equal(layer.outliers[1], params[i]["value_outliers"])
+        assert torch.equal(layer.outliers[0], params[i]["key_outliers"])  # same kernel: integer indices
+        assert torch.equal(layer.outliers[1], params[i]["value_outliers"])  # same kernel: integer indices
 
 
 @pytest.mark.parametrize("n_out, every", [(0, None), (1, None), (2, 5)])
@@ -596,7 +598,7 @@ def test_head_by_head_decode_equals_one_batched_replay_bitwise(n_out, every):
     q = torch.stack([layer._unpack(layer.key_codes), layer._unpack(layer.value_codes)])
     st = layer.stream_state
     batched = layer.sq._replay(q, st, layer.sq.params, st.checkpoints)
-    assert torch.equal(layer._decode_by_head(q, st), batched)
+    assert torch.equal(layer._decode_by_head(q, st), batched)  # same kernel: elementwise float64 scan per channel; a head slice changes no element's arithmetic
 
 
 # ------------------------------------------- regression: the collapse of the first full run (diagnosis)
@@ -638,10 +640,10 @@ def test_sink_token_is_stored_exactly_and_the_stream_starts_after_it():
             layer.update(k[..., :25, :], v[..., :25, :])
             out_k, out_v = layer.update(k[..., 25:, :], v[..., 25:, :])
             kh, vh = layer.dequantized_states()
-            assert torch.equal(out_k[..., :25, :], kh[..., :25, :].to(out_k.dtype))  # the new 15 come in exact
+            assert torch.equal(out_k[..., :25, :], kh[..., :25, :].to(out_k.dtype))  # same kernel: the new tokens are returned as given; the new 15 come in exact
             errs[ns, storage] = float((kh[..., 0, :] - k[..., 0, :]).abs().max())
             if ns:
-                assert torch.equal(kh[..., 0, :], k[..., 0, :].half().float())
-                assert torch.equal(vh[..., 0, :], v[..., 0, :].half().float())
+                assert torch.equal(kh[..., 0, :], k[..., 0, :].half().float())  # same kernel: the sink token is the fp16 cast of the same values
+                assert torch.equal(vh[..., 0, :], v[..., 0, :].half().float())  # same kernel: the sink token is the fp16 cast of the same values
                 assert layer.key_sink.shape == (2, 2, 1, 16) and layer.key_codes.shape[1] == 39
     assert errs[0, "packed"] == errs[0, "simulated"] > 1.0 and errs[1, "packed"] < 0.02

@@ -223,4 +223,4 @@ def test_generate_takes_the_cache_through_the_non_deprecated_argument():
         deprecations = [w for w in caught if "past_key_values" in str(w.message)]
         if kw == "cache":
             assert not deprecations
-    assert torch.equal(outs["cache"], outs["past_key_values"])
+    assert torch.equal(outs["cache"], outs["past_key_values"])  # same kernel: the same generate call, only the argument name differs

@@ -54,7 +54,7 @@ def test_pack_roundtrip_any_length(bits, n):
     packed = pack_bits(codes, bits)
     assert packed.shape == (3, math.ceil(n * bits / 8))
     assert packed.dtype == torch.uint8
-    assert torch.equal(unpack_bits(packed, bits, n), codes)
+    assert torch.equal(unpack_bits(packed, bits, n), codes)  # same kernel: integer codes
 
 
 def test_pack_hand_computed():
@@ -96,7 +96,7 @@ def test_exact_on_grid_values():
     # group of 4 values on the grid {0, 0.5, 1, 1.5} (representable in fp16) round-trips exactly
     x = torch.tensor([[0.0, 0.5, 1.0, 1.5, 1.5, 0.0, 0.5, 1.0]])
     qt = quantize_asym(x, 2, 4, axis=-1)
-    assert torch.equal(dequantize_asym(qt), x)
+    assert torch.equal(dequantize_asym(qt), x)  # same kernel: grid values are exact in fp16 and in zero + q * scale
     assert qt.scale.tolist() == [[0.5, 0.5]] and qt.zero.tolist() == [[0.0, 0.0]]
 
 
@@ -136,8 +136,8 @@ def test_batch_ops_on_packed_codes_are_exact():
     x = torch.randn(3, 2, 16, 8)
     qt = quantize_asym(x, 3, 16, axis=-2)
     idx = torch.tensor([2, 0])
-    assert torch.equal(qt.index_select(idx).dequantize(), qt.dequantize()[idx])
-    assert torch.equal(qt.repeat_interleave(2).dequantize(), qt.dequantize().repeat_interleave(2, 0))
+    assert torch.equal(qt.index_select(idx).dequantize(), qt.dequantize()[idx])  # same kernel: the same elementwise dequantisation of the selected rows
+    assert torch.equal(qt.repeat_interleave(2).dequantize(), qt.dequantize().repeat_interleave(2, 0))  # same kernel: the same elementwise dequantisation of the repeated rows
 
 
 # ------------------------------------------------------------------------------------------- cache
@@ -147,8 +147,8 @@ def test_kivi16_generate_equals_dynamic_bitwise():
     kw = dict(max_new_tokens=20, do_sample=False, output_scores=True, return_dict_in_generate=True)
     ref = model.generate(ids, cache=DynamicCache(config=model.config), **kw)
     out = model.generate(ids, cache=KIVICache(model.config, nbits=16), **kw)
-    assert torch.equal(ref.sequences, out.sequences)
-    assert all(torch.equal(a, b) for a, b in zip(ref.scores, out.scores))
+    assert torch.equal(ref.sequences, out.sequences)  # same kernel: the 16-bit cache returns the same key/value tensors: same forward
+    assert all(torch.equal(a, b) for a, b in zip(ref.scores, out.scores))  # same kernel: the 16-bit cache returns the same key/value tensors: same forward
 
 
 def test_kivi_padded_batch_rows_are_independent():
@@ -166,10 +166,12 @@ def test_kivi_padded_batch_rows_are_independent():
             cache=KIVICache(model.config, 4, 8, 8),
             **kw,
         )
+        # NOT the same kernel (batch 2 vs batch 1 GEMMs): integer tokens, equal unless a float32 rounding
+        # difference flips a 4-bit code and that then flips a greedy choice (no bound through the quantiser)
         assert torch.equal(both[row], single[0])
     ref = model.generate(ids, attention_mask=mask, cache=DynamicCache(config=model.config), **kw)
     out16 = model.generate(ids, attention_mask=mask, cache=KIVICache(model.config, 16), **kw)
-    assert torch.equal(ref, out16)
+    assert torch.equal(ref, out16)  # same kernel: integer tokens; the 16-bit cache returns the same tensors: same forward
 
 
 def test_kivi_layer_flush_lengths_shapes_and_memory():
@@ -182,7 +184,7 @@ def test_kivi_layer_flush_lengths_shapes_and_memory():
         seen += n
         assert ko.shape == vo.shape == (2, 3, seen, 8)
         assert layer.get_seq_length() == seen
-        assert torch.equal(ko[..., -n:, :], k)  # current tokens returned in full precision
+        assert torch.equal(ko[..., -n:, :], k)  # same kernel: current tokens returned as given, in full precision
         n_blocks = max(0, (seen - 3) // 4)
         assert len(layer.key_blocks) == n_blocks
         assert layer.keys.shape[-2] == seen - 4 * n_blocks
@@ -210,7 +212,7 @@ def test_kivi_reorder_and_crop():
     beam = torch.tensor([2, 2, 0])
     layer.reorder_cache(beam)
     k2, v2 = layer.update(k[beam][..., :1, :], v[beam][..., :1, :])
-    assert torch.equal(k2[..., :-1, :], ko[beam]) and torch.equal(v2[..., :-1, :], vo[beam])
+    assert torch.equal(k2[..., :-1, :], ko[beam]) and torch.equal(v2[..., :-1, :], vo[beam])  # same kernel: reorder is a gather of the same values
     # crop inside the residual and inside a quantised block keeps the returned prefix
     before_k, before_v = layer.dequantized_states()
     full_k = torch.cat([before_k, layer.keys], -2)
@@ -220,7 +222,7 @@ def test_kivi_reorder_and_crop():
         new = torch.zeros(3, 2, 1, 8)
         kk, _ = layer.update(new, new)
         assert kk.shape[-2] == n + 1
-        assert torch.equal(kk[..., :n, :], full_k[..., :n, :])
+        assert torch.equal(kk[..., :n, :], full_k[..., :n, :])  # same kernel: the kept blocks, dequantised by the same elementwise formula
         layer.crop(-1)
         full_k = full_k[..., :n, :]
     with pytest.raises(ValueError, match="positive"):
@@ -236,7 +238,7 @@ def test_kivi_cache_crop_like_dynamic_when_unquantised():
     c.crop(-3)
     d.crop(-3)
     assert c.get_seq_length() == d.get_seq_length() == 7
-    assert torch.equal(c.layers[0].keys, d.layers[0].keys)
+    assert torch.equal(c.layers[0].keys, d.layers[0].keys)  # same kernel: copies of the same keys
     assert c.is_croppable
 
 

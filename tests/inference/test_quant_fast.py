@@ -55,7 +55,7 @@ def _ids(batch=2, length=13, seed=0):
 def _same(a, b):
     assert len(a) == len(b)
     for x, y in zip(a, b):
-        assert torch.equal(x, y)
+        assert torch.equal(x, y)  # same kernel: every mode dequantises by the same elementwise formula, then the same forward
 
 
 @pytest.mark.parametrize("nbits", [2, 4, 3])
@@ -69,11 +69,11 @@ def test_kivi_modes_bit_identical_logits(nbits, mode):
         assert len(la.key_blocks) == len(lb.key_blocks) > 3  # grew past the prefill's exact capacity
         for x, y in zip((*la.key_blocks, *la.value_blocks), (*lb.key_blocks, *lb.value_blocks)):
             assert (
-                torch.equal(x.codes, y.codes)
-                and torch.equal(x.scale, y.scale)
-                and torch.equal(x.zero, y.zero)
+                torch.equal(x.codes, y.codes)  # same kernel: integer codes
+                and torch.equal(x.scale, y.scale)  # same kernel: min/max and elementwise quantisation: exact in any order
+                and torch.equal(x.zero, y.zero)  # same kernel: min/max and elementwise quantisation: exact in any order
             )
-        assert torch.equal(la.keys, lb.keys) and torch.equal(la.values, lb.values)
+        assert torch.equal(la.keys, lb.keys) and torch.equal(la.values, lb.values)  # same kernel: full-precision residual, copies
 
 
 @pytest.mark.parametrize("mode", ["stream", "mirror"])
@@ -105,8 +105,8 @@ def test_stored_blocks_match_fresh_quantisation():
     for i, (kb, vb) in enumerate(zip(layer.key_blocks, layer.value_blocks)):
         sl = slice(4 * i, 4 * i + 4)
         ek, ev = quantize_asym(k[..., sl, :], 2, 4, axis=-2), quantize_asym(v[..., sl, :], 2, 8, axis=-1)
-        assert torch.equal(kb.codes, ek.codes) and torch.equal(kb.scale, ek.scale)
-        assert torch.equal(vb.codes, ev.codes) and torch.equal(vb.zero, ev.zero)
+        assert torch.equal(kb.codes, ek.codes) and torch.equal(kb.scale, ek.scale)  # same kernel: min/max and elementwise quantisation: exact in any order
+        assert torch.equal(vb.codes, ev.codes) and torch.equal(vb.zero, ev.zero)  # same kernel: min/max and elementwise quantisation: exact in any order
 
 
 @pytest.mark.parametrize("mode", ["stream", "mirror"])
@@ -125,13 +125,13 @@ def test_batch_operations_on_buffers(mode):
         for m, layer in layers.items()
     }
     for (a, b), (c, d) in zip(outs["reference"], outs[mode]):
-        assert torch.equal(a, c) and torch.equal(b, d)
+        assert torch.equal(a, c) and torch.equal(b, d)  # same kernel: the same elementwise dequantisation, gathered rows
     # the batch operation equals running the selected rows alone
     solo = KIVILayer(2, 4, 2, decode_mode=mode)
     solo.update(k[[2, 0, 1]], v[[2, 0, 1]])
     for t in range(6):
         ka, va = solo.update(new[..., t : t + 1, :], new[..., t : t + 1, :])
-    assert torch.equal(ka, outs[mode][-1][0]) and torch.equal(va, outs[mode][-1][1])
+    assert torch.equal(ka, outs[mode][-1][0]) and torch.equal(va, outs[mode][-1][1])  # same kernel: the same elementwise dequantisation, gathered rows
 
 
 @pytest.mark.parametrize("mode", ["stream", "mirror"])
@@ -145,7 +145,7 @@ def test_crop_then_decode_matches_reference(mode):
         layer.crop(-7)  # cuts into a block
         res[m] = [layer.update(k[..., t : t + 1, :], v[..., t : t + 1, :]) for t in range(25, 30)]
     for (a, b), (c, d) in zip(res["reference"], res[mode]):
-        assert torch.equal(a, c) and torch.equal(b, d)
+        assert torch.equal(a, c) and torch.equal(b, d)  # same kernel: the same elementwise dequantisation of the kept blocks
 
 
 def test_buffers_grow_and_report_their_capacity():
@@ -181,8 +181,8 @@ def test_unpack_float_equals_unpack_bits():
         n = 37
         codes = torch.randint(0, 1 << bits, (3, 5, n), generator=g, dtype=torch.int64).to(torch.uint8)
         packed = pack_bits(codes, bits)
-        assert torch.equal(unpack_float(packed, bits, n, torch.float32), unpack_bits(packed, bits, n).float())
-        assert torch.equal(unpack_float(packed, bits, n, torch.float64), codes.double())
+        assert torch.equal(unpack_float(packed, bits, n, torch.float32), unpack_bits(packed, bits, n).float())  # same kernel: small integers are exact in float32
+        assert torch.equal(unpack_float(packed, bits, n, torch.float64), codes.double())  # same kernel: small integers are exact in float64
 
 
 def test_decode_mode_errors():
@@ -220,13 +220,13 @@ def test_adkv_fast_paths_bit_identical_logits(name, storage):
     _same(ref, fast)
     for la, lb in zip(cref.layers, cfast.layers):
         assert la.encoded_length == lb.encoded_length > 0
-        assert torch.equal(la.key_codes, lb.key_codes)
+        assert torch.equal(la.key_codes, lb.key_codes)  # same kernel: integer codes
         if la.value_codes is not None:
-            assert torch.equal(la.value_codes, lb.value_codes)
-        assert torch.equal(la.keys, lb.keys)
+            assert torch.equal(la.value_codes, lb.value_codes)  # same kernel: integer codes
+        assert torch.equal(la.keys, lb.keys)  # same kernel: full-precision residual, copies
         ka, va = la.dequantized_states()
         kb, vb = lb.dequantized_states()
-        assert torch.equal(ka, kb) and torch.equal(va, vb)
+        assert torch.equal(ka, kb) and torch.equal(va, vb)  # same kernel: the same float64 elementwise scan (contiguous exp/log) in both modes
 
 
 def test_adkv_log_gain_table_matches_the_logarithm():
@@ -242,7 +242,7 @@ def test_adkv_log_gain_table_matches_the_logarithm():
         st = quant.init_state(x)
         b = quant._replay(codes, st, params.unsqueeze(1), table=quant.log_gain_table(params.unsqueeze(1)))
         c = quant._replay(codes, st, params.unsqueeze(1))
-        assert torch.equal(b, c)
+        assert torch.equal(b, c)  # same kernel: the table holds the same float64 log of the same values
 
 
 def test_adkv_batch_operations_and_growth():
@@ -267,7 +267,7 @@ def test_adkv_batch_operations_and_growth():
         assert layer._bufs["key_codes"].buf.shape[1] > cap == 18 - ns
         assert layer.encoded_length == 30 and layer.key_codes.shape[1] == 30 - ns
     for (a, b), (c, d) in zip(outs["reference"], outs["stream"]):
-        assert torch.equal(a, c) and torch.equal(b, d)
+        assert torch.equal(a, c) and torch.equal(b, d)  # same kernel: the same elementwise decode, gathered rows
 
 
 def test_adkv_decode_mode_error():
@@ -300,7 +300,7 @@ def test_stream_and_mirror_equal_reference_for_any_chunking(bits, group, residua
         for m in ("stream", "mirror"):
             out = layers[m].update(k, v)
             assert out[0].dtype == dtype
-            assert torch.equal(out[0], ref[0]) and torch.equal(out[1], ref[1])
+            assert torch.equal(out[0], ref[0]) and torch.equal(out[1], ref[1])  # same kernel: every mode dequantises by the same elementwise formula
 
 
 @settings(max_examples=10, deadline=None)
@@ -323,7 +323,7 @@ def test_mixed_widths_in_one_layer(bits, chunks, seed):
         ref = layers["reference"].update(k, v)
         for m in ("stream", "mirror"):
             out = layers[m].update(k, v)
-            assert torch.equal(out[0], ref[0]) and torch.equal(out[1], ref[1])
+            assert torch.equal(out[0], ref[0]) and torch.equal(out[1], ref[1])  # same kernel: every mode dequantises by the same elementwise formula
     assert [b.bits for b in layers["stream"].key_blocks] == [b.bits for b in layers["reference"].key_blocks]
 
 
@@ -345,14 +345,14 @@ def test_bulk_flush_stores_the_bits_of_block_by_block_flushes(bits):
     assert len(bulk.key_blocks) == len(single.key_blocks) == (47 - 3) // 4
     for a, b in zip((*bulk.key_blocks, *bulk.value_blocks), (*single.key_blocks, *single.value_blocks)):
         if bits == 16:
-            assert torch.equal(a.data, b.data)
+            assert torch.equal(a.data, b.data)  # same kernel: 16-bit blocks store the given values
         else:
             assert (
-                torch.equal(a.codes, b.codes)
-                and torch.equal(a.scale, b.scale)
-                and torch.equal(a.zero, b.zero)
+                torch.equal(a.codes, b.codes)  # same kernel: integer codes
+                and torch.equal(a.scale, b.scale)  # same kernel: min/max and elementwise quantisation: exact in any order
+                and torch.equal(a.zero, b.zero)  # same kernel: min/max and elementwise quantisation: exact in any order
             )
-    assert torch.equal(bulk.dequantized_states()[0], single.dequantized_states()[0])
+    assert torch.equal(bulk.dequantized_states()[0], single.dequantized_states()[0])  # same kernel: the same blocks, the same elementwise dequantisation
 
 
 def test_bulk_flush_of_mixed_widths_follows_the_controller_block_by_block():
@@ -375,5 +375,5 @@ def test_bulk_flush_of_mixed_widths_follows_the_controller_block_by_block():
     a, b = layers
     assert [w for w, _ in a._kstore.order] == [w for w, _ in b._kstore.order] == [w for w, _ in widths[:9]]
     for x, y in zip((*a.key_blocks, *a.value_blocks), (*b.key_blocks, *b.value_blocks)):
-        assert torch.equal(x.codes, y.codes) and torch.equal(x.scale, y.scale) and torch.equal(x.zero, y.zero)
-    assert torch.equal(a.dequantized_states()[1], b.dequantized_states()[1])
+        assert torch.equal(x.codes, y.codes) and torch.equal(x.scale, y.scale) and torch.equal(x.zero, y.zero)  # same kernel: integer codes; min/max and elementwise quantisation: exact in any order
+    assert torch.equal(a.dequantized_states()[1], b.dequantized_states()[1])  # same kernel: the same blocks, the same elementwise dequantisation
