@@ -138,7 +138,7 @@ def test_coverage_and_budgeted_mode():
             mask[s.nodes] = True
             for qi in s.query_idx.tolist():
                 assert not (fields[qi] & ~mask).any()  # full receptive field inside its support
-            assert torch.equal(s.in_degree, in_degree(g.edge_index, 40)[s.nodes])  # degree integrity
+            assert torch.equal(s.in_degree, in_degree(g.edge_index, 40)[s.nodes])  # same kernel: integer degrees; degree integrity
         assert pl.last_stats["coverage"] == pytest.approx(1 - residual.numel() / 16)
     # budgeted (approximate) executor still returns the exact scores through residual compensation
     mod = model(2)
@@ -228,8 +228,8 @@ def _triple_set(kg):
 def test_rule_community_kg_structure():
     kg = rule_community_kg(600, seed=3)
     again = rule_community_kg(600, seed=3)
-    assert torch.equal(kg.train, again.train) and torch.equal(kg.test, again.test)
-    assert not torch.equal(kg.train, rule_community_kg(600, seed=4).train)
+    assert torch.equal(kg.train, again.train) and torch.equal(kg.test, again.test)  # same kernel: integer triples, rerun, same shapes and seed
+    assert not torch.equal(kg.train, rule_community_kg(600, seed=4).train)  # same kernel: n/a, asserts a difference
     allt = kg.all_triples()
     assert allt.shape[0] == len(_triple_set(kg))  # no duplicates
     assert (allt[:, 0] != allt[:, 2]).all()

@@ -171,9 +171,9 @@ def test_executor_equals_symbolic_answers(name, seed):
 def test_score_adjust_identity_and_bounds():
     s = torch.tensor([0.0, 0.2, 0.5, 1.0])
     sim = torch.tensor([[0.3, -0.2, 1.0, -1.0]])
-    assert torch.equal(score_adjust(s, torch.zeros(0, 4), torch.zeros(0)), s)
-    assert torch.equal(score_adjust(s, sim, torch.tensor([1]), w_p=0.0, w_n=0.0), s)
-    assert torch.equal(score_adjust(s, sim, torch.tensor([1]), w_p=0.0, w_n=1.0), s)  # no negative example
+    assert torch.equal(score_adjust(s, torch.zeros(0, 4), torch.zeros(0)), s)  # same kernel: no active term returns the input tensor itself
+    assert torch.equal(score_adjust(s, sim, torch.tensor([1]), w_p=0.0, w_n=0.0), s)  # same kernel: no active term returns the input tensor itself
+    assert torch.equal(score_adjust(s, sim, torch.tensor([1]), w_p=0.0, w_n=1.0), s)  # same kernel: no active term returns the input tensor itself; no negative example
     out = score_adjust(s, sim, torch.tensor([1]))
     assert torch.isfinite(out).all() and (out > 0).all() and (out < 1).all()
 
@@ -229,7 +229,7 @@ def test_intermediate_preference_moves_induced_answer():
     target = sc.answer(ex, STRUCTURES["2p"], anchors, rels, {1: pref})
     assert target[4] == target[3]  # the same preference at the target does not separate the answers
     # target placement equals post-hoc adjustment of the final vector, bitwise
-    assert torch.equal(target, sc.adjust(base, *pref))
+    assert torch.equal(target, sc.adjust(base, *pref))  # same kernel: the same adjust on the same base vector
 
 
 def test_metrics_by_hand():
@@ -243,7 +243,7 @@ def test_metrics_by_hand():
 
 def test_cosine_reranker_alpha_one_is_identity():
     s = torch.rand(5)
-    assert torch.equal(CosineReranker(alpha=1.0)(s, torch.rand(2, 5), torch.tensor([1, 0])), s)
+    assert torch.equal(CosineReranker(alpha=1.0)(s, torch.rand(2, 5), torch.tensor([1, 0])), s)  # same kernel: alpha 1 returns the scores
 
 
 def test_complex_tail_scores_equal_pyg_complex():
@@ -324,7 +324,7 @@ def test_train_complex_learns_and_is_deterministic():
     t = _tiny_kg()
     a = train_complex(t, 12, 3, rank=8, epochs=30, batch_size=32, seed=1)
     b = train_complex(t, 12, 3, rank=8, epochs=30, batch_size=32, seed=1)
-    assert torch.equal(a.entity, b.entity) and a.losses == b.losses
+    assert torch.equal(a.entity, b.entity) and a.losses == b.losses  # same kernel: rerun, same shapes and seed
     assert a.entity.shape == (12, 8) and a.relation.shape == (6, 8) and a.entity.is_complex()
     assert a.losses[-1] < a.losses[0] - 0.5
     # training triples score above the median tail
@@ -359,10 +359,10 @@ def test_weight_zero_equals_unconstrained_exactly(name, seed):
     zero = SCORE(kge.entity, w_p=0.0, w_n=0.0)
     for j in range(len(query_variables(STRUCTURES[name]))):
         out = zero.answer(ex, STRUCTURES[name], anchors, rels, {j: prefs})
-        assert torch.equal(out, base)
-        assert torch.equal(torch.argsort(out, stable=True), torch.argsort(base, stable=True))
+        assert torch.equal(out, base)  # same kernel: zero weights return the input tensor itself
+        assert torch.equal(torch.argsort(out, stable=True), torch.argsort(base, stable=True))  # same kernel: integer order of the same values
     # and with weights on, the scores do move
-    assert not torch.equal(SCORE(kge.entity).answer(ex, STRUCTURES[name], anchors, rels, {0: prefs}), base)
+    assert not torch.equal(SCORE(kge.entity).answer(ex, STRUCTURES[name], anchors, rels, {0: prefs}), base)  # same kernel: n/a, asserts a difference
 
 
 def test_unknown_relation_and_structure_errors():
@@ -397,7 +397,7 @@ def test_sampler_and_bindings_are_exact(name, seed):
         values, induced = variable_bindings(ex, STRUCTURES[name], anchors, rels, info.index)
         assert values.unique().numel() == values.numel()
         if not info.negated:  # a value inside a negated branch excludes answers instead
-            assert torch.equal(induced.any(0), answers)
+            assert torch.equal(induced.any(0), answers)  # same kernel: bool sets
 
 
 # ---------------------------------------------------------------------------------------------- metrics, fit, NQR
@@ -462,7 +462,7 @@ def test_nqr_lite_trains_deterministically():
         model = NQRLite(6, hidden=8)
         losses = train_nqr(model, feats, sessions, steps=60, lr=0.05, seed=3)
         runs.append((losses, model(feats[0]).detach()))
-    assert runs[0][0] == runs[1][0] and torch.equal(runs[0][1], runs[1][1])
+    assert runs[0][0] == runs[1][0] and torch.equal(runs[0][1], runs[1][1])  # same kernel: rerun, same shapes and seed
     assert runs[0][0][-1] < runs[0][0][0]
     assert runs[0][1][4] > runs[0][1][3]  # the preferred answer is learned to rank first
 
@@ -617,9 +617,9 @@ def test_two_process_gloo_sharding_equals_single_process(tmp_path):
     run_script_workers(script, 2, env={"SCORE_OUT": str(out)}, timeout=300)
     res = torch.load(out)
     assert res["dist_base"].shape == (28, 15)
-    assert torch.equal(res["dist_base"], res["single_base"])  # bitwise: one contributor per row
-    assert torch.equal(res["dist_score"], res["single_score"])
-    assert not torch.equal(res["dist_score"], res["dist_base"])
+    assert torch.equal(res["dist_base"], res["single_base"])  # same kernel: one session per row, computed alone in both runs and gathered by copy
+    assert torch.equal(res["dist_score"], res["single_score"])  # same kernel: one session per row, computed alone in both runs and gathered by copy
+    assert not torch.equal(res["dist_score"], res["dist_base"])  # same kernel: n/a, asserts a difference
 
 
 def test_distributed_session_scores_bad_input():
