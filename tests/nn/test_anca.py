@@ -247,7 +247,7 @@ def test_deformable_perception_shapes_and_init_equals_conv(g, modulated):
     assert out.shape == (3, 10, 5, 4)
     assert off.shape == (3, 2 * g * 9, 5, 4) and torch.count_nonzero(off) == 0
     if modulated:
-        assert mask.shape == (3, g * 9, 5, 4) and torch.equal(mask, torch.ones_like(mask))
+        assert mask.shape == (3, g * 9, 5, 4) and torch.equal(mask, torch.ones_like(mask))  # same kernel: the modulation mask starts at the constant 1
     else:
         assert mask is None
     torch.testing.assert_close(out, F.conv2d(x, p.weight, p.bias, padding=1), atol=ATOL32, rtol=0)
@@ -285,7 +285,7 @@ def test_sobel_perception_identity_and_gradients():
     p = NCAPerception(1, 3, kind="sobel")
     ramp = torch.arange(5.0).view(1, 1, 1, 5).expand(1, 1, 5, 5)
     out = p(ramp)
-    assert torch.equal(out[:, 0], ramp[:, 0])
+    assert torch.equal(out[:, 0], ramp[:, 0])  # same kernel: identity filter: one tap of 1, the others 0, exact
     torch.testing.assert_close(out[0, 1, 1:-1, 1:-1], torch.ones(3, 3))  # d/dx of a unit ramp (Sobel / 8)
     torch.testing.assert_close(out[0, 2, 1:-1, 1:-1], torch.zeros(3, 3))
 
@@ -322,8 +322,8 @@ def test_trajectory_shapes_and_inputs_reimposed():
     assert all(s.shape == (2, 10, 6, 5) for s in states)
     assert all(o.shape == (2, 18, 6, 5) for o in offsets)
     for s in states:
-        assert torch.equal(s[:, :3], x)
-    assert torch.equal(states[-1][:, a.output_slice], logits)
+        assert torch.equal(s[:, :3], x)  # same kernel: inputs re-imposed by copy
+    assert torch.equal(states[-1][:, a.output_slice], logits)  # same kernel: a slice of the same state
     assert float(offset_magnitude(offsets[0].detach())) == 0.0
 
 
@@ -334,13 +334,13 @@ def test_fire_rate_zero_never_changes_state_and_fire_one_eval_deterministic():
     nca.train()
     x = torch.rand(2, 3, 5, 5)
     _, states, _ = nca(x, 5, return_trajectory=True)
-    assert all(torch.equal(s, states[0]) for s in states)
+    assert all(torch.equal(s, states[0]) for s in states)  # same kernel: fire rate 0 masks every update
     nca.fire_rate = 1.0
     out1, out2 = nca(x, 5), nca(x, 5)
-    assert torch.equal(out1, out2) and not torch.equal(out1, torch.zeros_like(out1))
+    assert torch.equal(out1, out2) and not torch.equal(out1, torch.zeros_like(out1))  # same kernel: rerun; the second half asserts a difference
     nca.fire_rate = 0.5
     nca.eval()
-    assert torch.equal(nca(x, 5), nca(x, 5))
+    assert torch.equal(nca(x, 5), nca(x, 5))  # same kernel: rerun, same shapes and seed
 
 
 def test_same_generator_gives_same_stochastic_rollout():
@@ -350,7 +350,7 @@ def test_same_generator_gives_same_stochastic_rollout():
     r1 = a(x, 4, generator=torch.Generator().manual_seed(7))
     r2 = a(x, 4, generator=torch.Generator().manual_seed(7))
     r3 = a(x, 4, generator=torch.Generator().manual_seed(8))
-    assert torch.equal(r1, r2) and not torch.equal(r1, r3)
+    assert torch.equal(r1, r2) and not torch.equal(r1, r3)  # same kernel: rerun with the same generator; the second half asserts a difference
 
 
 def test_checkpointed_rollout_equals_plain_with_gradients():
@@ -366,7 +366,7 @@ def test_checkpointed_rollout_equals_plain_with_gradients():
         out.square().sum().backward()
         outs.append(out.detach())
         grads.append([p.grad.clone() for p in a.parameters()])
-    assert torch.equal(outs[0], outs[1])
+    assert torch.equal(outs[0], outs[1])  # same kernel: checkpointing recomputes the same ops on the same shapes
     for g0, g1 in zip(*grads):
         torch.testing.assert_close(g0, g1, atol=1e-6, rtol=1e-5)
 
@@ -432,7 +432,7 @@ def test_state_dict_round_trip():
     c.load_state_dict(b.state_dict())
     c.eval(), a.eval()
     x = torch.rand(1, 3, 5, 5)
-    assert torch.equal(c(x, 3), a(x, 3))
+    assert torch.equal(c(x, 3), a(x, 3))  # same kernel: state dict round trip
 
 
 # -------------------------------------------------------------------------------- puzzles
@@ -447,11 +447,11 @@ def test_sudoku_dataset_givens_encoding_and_reproducibility():
     assert ds.inputs.shape == (20, 10, 9, 9) and ds.targets.shape == (20, 9, 9)
     assert (ds.blank.flatten(1).sum(1) == 12).all()
     given_ = ~ds.blank
-    assert torch.equal(ds.puzzles[given_], ds.solutions[given_])
-    assert torch.equal(ds.inputs.argmax(1), ds.puzzles)
+    assert torch.equal(ds.puzzles[given_], ds.solutions[given_])  # same kernel: integer digits
+    assert torch.equal(ds.inputs.argmax(1), ds.puzzles)  # same kernel: integer digits from a one-hot encoding
     assert all(sudoku_is_valid(s) for s in ds.solutions.numpy())
     again = SudokuDataset(20, 12, seed=3)
-    assert torch.equal(again.puzzles, ds.puzzles) and not torch.equal(
+    assert torch.equal(again.puzzles, ds.puzzles) and not torch.equal(  # same kernel: integer digits, rerun, same shapes and seed
         SudokuDataset(20, 12, 4).puzzles, ds.puzzles
     )
     x, t, m = ds[0]
@@ -517,7 +517,7 @@ def test_maze_dataset_and_metrics():
     assert ds.inputs.shape == (6, 3, 7, 7) and ds.targets.shape == (6, 7, 7)
     assert (ds.inputs[:, 1].flatten(1).sum(1) == 1).all() and (ds.inputs[:, 2].flatten(1).sum(1) == 1).all()
     assert not (ds.targets.bool() & ~ds.open).any()
-    assert torch.equal(MazeDataset(6, 3, seed=1).inputs, ds.inputs)
+    assert torch.equal(MazeDataset(6, 3, seed=1).inputs, ds.inputs)  # same kernel: rerun, same shapes and seed
     t = ds.targets.bool()
     assert maze_exact_match(t, t) == 1.0 and path_f1(t, t) == 1.0
     empty = torch.zeros_like(t)

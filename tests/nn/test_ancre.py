@@ -66,7 +66,7 @@ def test_weights_row_stochastic_lower_triangular_and_parameter_count(k, include_
     assert w.shape == (k, k + 1)
     assert (w >= 0).all()
     assert torch.allclose(w.sum(1), torch.ones(k), atol=1e-6)
-    assert torch.equal(torch.triu(w, diagonal=1), torch.zeros_like(w))  # row k-1 uses only h_0..h_{k-1}
+    assert torch.equal(torch.triu(w, diagonal=1), torch.zeros_like(w))  # same kernel: masked entries are the constant 0; row k-1 uses only h_0..h_{k-1}
     assert w[0, 0] == 1.0
     if not include_stem and k > 1:
         assert (w[1:, 0] == 0).all()
