@@ -70,7 +70,7 @@ def test_coupling_weights():
         tau = 1.0 / AcceleGradSharp.alpha_at(t + 1)
         assert torch.allclose(x.detach(), tau * st_["z"] + (1 - tau) * st_["y"], atol=1e-14)
         if t <= 1:
-            assert torch.equal(x.detach(), st_["z"])
+            assert torch.equal(x.detach(), st_["z"])  # same kernel: tau = 1 at t <= 1: tau * z + 0 * y is z exactly
     assert 1.0 / AcceleGradSharp.alpha_at(9) == pytest.approx(4 / 10)
 
 
@@ -176,7 +176,7 @@ def test_mirror_with_p2_equals_sharp_l2():
     opt = AcceleGradSharp([x], lr=0.7, geometry="mirror", mirror_p=1.3)
     x.grad = g.clone()
     opt.step()
-    assert torch.isfinite(x).all() and not torch.equal(x.detach(), torch.ones(7, dtype=torch.float64))
+    assert torch.isfinite(x).all() and not torch.equal(x.detach(), torch.ones(7, dtype=torch.float64))  # same kernel: n/a, asserts a difference
 
 
 @pytest.mark.parametrize("geometry", ["euclidean", "sharp", "mirror", "lmo", "clipped_lmo"])
@@ -190,8 +190,8 @@ def test_zero_gradient_gives_no_nan_and_no_movement(geometry, anchor):
         x.grad = torch.zeros_like(x)
         opt.step()
     assert torch.isfinite(x).all()
-    assert torch.equal(opt.state[x]["y"], start)
-    assert torch.equal(x.detach(), start)
+    assert torch.equal(opt.state[x]["y"], start)  # same kernel: a zero gradient leaves the start value
+    assert torch.equal(x.detach(), start)  # same kernel: a zero gradient leaves the start value
 
 
 def _mixed_model():
@@ -220,7 +220,7 @@ def test_mixed_param_groups_auto_and_parameters_without_grad_are_skipped():
         opt.zero_grad()
         _loss(model, idx).backward()
         opt.step()
-    assert torch.equal(unused.detach(), before) and unused not in opt.state
+    assert torch.equal(unused.detach(), before) and unused not in opt.state  # same kernel: untouched parameters, no arithmetic
     assert all(torch.isfinite(p).all() for p in model.parameters())
     assert float(_loss(model, idx)) < first
 
@@ -254,10 +254,10 @@ def test_evaluation_params_swaps_and_restores():
         opt.step()
     current = x.detach().clone()
     with opt.evaluation_params("y"):
-        assert torch.equal(x.detach(), opt.state[x]["y"])
+        assert torch.equal(x.detach(), opt.state[x]["y"])  # same kernel: a swapped-in copy
     with opt.evaluation_params():
-        assert torch.equal(x.detach(), opt.state[x]["y_avg"])
-    assert torch.equal(x.detach(), current)
+        assert torch.equal(x.detach(), opt.state[x]["y_avg"])  # same kernel: a swapped-in copy
+    assert torch.equal(x.detach(), current)  # same kernel: restored copy
     opt_y = AcceleGradSharp([torch.nn.Parameter(torch.ones(2))])
     with pytest.raises(ValueError, match="point"):
         with opt_y.evaluation_params("mid"):
@@ -335,5 +335,5 @@ def test_polar_step_precision_follows_the_cpu(monkeypatch):
     assert torch.equal(bf16, polar_newton_schulz(g, dtype=torch.bfloat16))  # same kernel: same dtype chosen
     monkeypatch.setattr(precision, "cpu_bf16_matmul", lambda: False)  # an AVX2-only CPU
     fp32 = polar_newton_schulz(g)
-    assert torch.equal(fp32, polar_newton_schulz(g, dtype=torch.float32)) and not torch.equal(fp32, bf16)
+    assert torch.equal(fp32, polar_newton_schulz(g, dtype=torch.float32)) and not torch.equal(fp32, bf16)  # same kernel: same dtype chosen; the second half asserts a difference
     assert polar_newton_schulz(g.double()).dtype == torch.float64  # float64 stays float64
