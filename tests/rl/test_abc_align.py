@@ -631,7 +631,7 @@ def test_row_window_keeps_the_latest_row_per_example(size, pushes, seed):
         reference = reference[-size:]
         assert len(window) == len(reference)
         expected = torch.stack([r for _, r in reference])
-        assert torch.equal(window.rows(), expected)
+        assert torch.equal(window.rows(), expected)  # same kernel: copies of the same values
 
 
 def test_reward_trainer_adam_is_the_per_tensor_adam():

@@ -47,7 +47,7 @@ def test_weights_positive_mean_one_sign_preserved_and_monotone(seed, lam, scope)
     assert (w > 0).all()
     assert float(w.mean()) == pytest.approx(1.0, abs=1e-5)
     out = aem_advantages(adv, logp, mask, cfg, groups)
-    assert torch.equal(torch.sign(out), torch.sign(adv))
+    assert torch.equal(torch.sign(out), torch.sign(adv))  # same kernel: signs: a positive weight times adv keeps the sign exactly
     for g in set(groups):
         idx = (
             [i for i in range(len(groups)) if groups[i] == g]
@@ -138,5 +138,5 @@ def test_numpy_free_of_side_effects_on_inputs():
     adv, logp, mask = batch()
     before = (adv.clone(), logp.clone())
     aem_advantages(adv, logp, mask)
-    assert torch.equal(adv, before[0]) and torch.equal(logp, before[1])
+    assert torch.equal(adv, before[0]) and torch.equal(logp, before[1])  # same kernel: inputs untouched
     assert np.isfinite(adv.numpy()).all()

@@ -295,20 +295,20 @@ def test_minari_dataset_round_trip_and_collation(minari_root):
     for j, it in enumerate(items):
         n = it["candidates"].shape[0]
         assert batch["mask"][j, :n].all() and not batch["mask"][j, n:].any()
-        assert torch.equal(batch["candidates"][j, :n], it["candidates"])
+        assert torch.equal(batch["candidates"][j, :n], it["candidates"])  # same kernel: collation copies
     # sample() gathers the columns at once: the same batch as collating the drawn items one by one
     idx = torch.randint(0, len(ds), (7,), generator=torch.Generator().manual_seed(3))
     fast = ds.sample(7, torch.Generator().manual_seed(3))
     slow = OfflineRankingDataset.collate([ds[int(i)] for i in idx])
     assert list(fast) == list(slow)
     for k in slow:
-        assert fast[k].dtype == slow[k].dtype and torch.equal(fast[k], slow[k]), k
+        assert fast[k].dtype == slow[k].dtype and torch.equal(fast[k], slow[k]), k  # same kernel: collation copies
     with pytest.raises(IndexError, match="indices"):
         ds.gather(torch.tensor([len(ds)]))
     with pytest.raises(ValueError, match="empty"):
         ds.gather(torch.tensor([], dtype=torch.long))
     target = ds.with_reward("target_reward")
-    assert torch.equal(target.records["reward"], ds.records["target_reward"])
+    assert torch.equal(target.records["reward"], ds.records["target_reward"])  # same kernel: a copied column
     other = make_env(**_small(n_locations=48))
     with pytest.raises(ValueError, match="another environment spec"):
         check_same_env(loaded, other.spec)

@@ -171,7 +171,7 @@ def test_reasoning_fraction_per_response(length, seed, q):
     ent = torch.rand(1, length, generator=torch.Generator().manual_seed(seed))
     mask = torch.ones(1, length, dtype=torch.bool)
     R, K = classify_tokens(ent, mask, q)
-    assert not (R & K).any() and torch.equal(R | K, mask)
+    assert not (R & K).any() and torch.equal(R | K, mask)  # same kernel: bool mask
     assert abs(int(R.sum()) - (1 - q) * length) <= 1.0 + 1e-9
 
 
@@ -360,7 +360,7 @@ def test_trl_trainer_trains_tiny_model(tmp_path):
     trainer.train()
     logs = [h for h in trainer.state.log_history if "archer/reasoning_frac" in h]
     assert logs and all(0.0 <= h["archer/reasoning_frac"] <= 0.5 for h in logs)
-    changed = any(not torch.equal(p.detach(), before[n]) for n, p in trainer.model.named_parameters())
+    changed = any(not torch.equal(p.detach(), before[n]) for n, p in trainer.model.named_parameters())  # same kernel: n/a, asserts a difference
     assert changed
 
 

@@ -231,8 +231,8 @@ def test_dynamic_sampling_mask_and_as_mask():
 def test_check_policy_inputs_broadcasts_and_checks_extra_tensors():
     logp, old, ref, adv, mask, ent = _batch(3)
     a, m = check_policy_inputs(logp, old, adv, mask.long(), ref, entropy=ent)
-    assert a.shape == logp.shape and torch.equal(a[:, 0], adv) and torch.equal(a[:, -1], adv)
-    assert m.dtype == torch.bool and torch.equal(m, mask)
+    assert a.shape == logp.shape and torch.equal(a[:, 0], adv) and torch.equal(a[:, -1], adv)  # same kernel: broadcast copies
+    assert m.dtype == torch.bool and torch.equal(m, mask)  # same kernel: bool mask
     a2, _ = check_policy_inputs(logp, old, a, mask)  # (B, T) advantages pass through unchanged
     assert a2 is a
     with pytest.raises(ValueError, match="advantages has 5 rows but logprobs has 6"):
