@@ -182,7 +182,7 @@ def test_env_deterministic_under_seed():
             frames += [o, info["frames"]]
         return np.concatenate([np.atleast_2d(f) for f in frames])
 
-    np.testing.assert_array_equal(roll(3), roll(3))
+    np.testing.assert_array_equal(roll(3), roll(3))  # same kernel: rerun, same seed
     assert not np.array_equal(roll(3), roll(4))
 
 
@@ -204,7 +204,7 @@ def test_unmet_precondition_leaves_state_unchanged_and_reports_failure():
 def test_observation_layout_and_reward_follow_franka_kitchen():
     env = ExtendedKitchen(noise=0.0, tasks_to_complete=["microwave", "kettle"])
     obs, info = env.reset(seed=0)
-    np.testing.assert_array_equal(obs[element_indices("microwave")], [0.0])
+    np.testing.assert_array_equal(obs[element_indices("microwave")], [0.0])  # same kernel: the constant it was reset to
     obs, r, term, _, info = env.execute(SkillCall("open", ("microwave",)))
     np.testing.assert_allclose(obs[22], -0.75)
     assert r == 1.0 and info["tasks_to_complete"] == ["kettle=top_left"] and not term
