@@ -275,7 +275,7 @@ def test_regate_scores_are_time_causal(cut_frac):
     (b,) = stream_risk_scores(model, [world.data], _edit_future(store, cut, 1), 50)
     before = world.data.t < cut
     assert torch.equal(a[before], b[before])  # same kernel: same batches before the cut
-    assert not torch.equal(a, b)  # the edit does matter later, so the check can fail
+    assert not torch.equal(a, b)  # same kernel: n/a, asserts a difference; the edit does matter later, so the check can fail
 
 
 def test_leaky_naive_injection_is_flagged_and_causal_one_is_not():
@@ -285,7 +285,7 @@ def test_leaky_naive_injection_is_flagged_and_causal_one_is_not():
         (a,) = stream_risk_scores(model, [world.data], store, 50)
         (b,) = stream_risk_scores(model, [world.data], _edit_future(store, cut, 2), 50)
         before = world.data.t < cut
-        assert (not torch.equal(a[before], b[before])) == expect_leak
+        assert (not torch.equal(a[before], b[before])) == expect_leak  # same kernel: same batches before the cut when causal
 
 
 def test_world_documents_and_bad_stream_input():
@@ -406,7 +406,7 @@ def test_visible_batch_matches_per_token_reference(specs, queries, k_max):
             assert tb.stale[b, j] == torch.tensor(w, dtype=torch.float32)
             assert tb.age[b, j] == torch.tensor(t - tok.publish_time, dtype=torch.float32)
             assert bool(tb.mask[b, j]) == (tok.confidence * w > 0)
-            assert torch.equal(tb.text[b, j], emb.get(tok.doc_id, torch.zeros(4)))
+            assert torch.equal(tb.text[b, j], emb.get(tok.doc_id, torch.zeros(4)))  # same kernel: looked-up copies
         assert not tb.mask[b, len(ref) :].any() and (tb.index[b, len(ref) :] == -1).all()
 
 
