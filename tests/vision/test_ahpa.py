@@ -76,7 +76,7 @@ def test_router_modes_uniform_single_and_timestep_conditioning():
     t = torch.linspace(0, 1, 11)
     assert torch.allclose(TimestepRouter(4, mode="uniform")(t), torch.full((11, 4), 0.25))
     single = TimestepRouter(4, mode="single:2")(t)
-    assert torch.equal(single, torch.nn.functional.one_hot(torch.full((11,), 2), 4).float())
+    assert torch.equal(single, torch.nn.functional.one_hot(torch.full((11,), 2), 4).float())  # same kernel: the constant one-hot
     # the SNR prior makes r(t) depend on t: coarse levels gain weight as t -> 1, fine levels as t -> 0
     w = TimestepRouter(4, mode="fixed_snr")(t)
     assert w[-1, 3] > w[0, 3] and w[0, 0] > w[-1, 0]
@@ -229,7 +229,7 @@ def test_extractor_frozen_hooks_removed_and_shapes(parts):
     out["loss"].backward()
     opt.step()
     assert all(p.grad is None for p in vae.encoder.parameters())
-    assert all(torch.equal(before[k], v) for k, v in vae.encoder.state_dict().items())
+    assert all(torch.equal(before[k], v) for k, v in vae.encoder.state_dict().items())  # same kernel: untouched parameters, no arithmetic
     modules = [vae.encoder.get_submodule(n) for n in LEVELS]
     assert all(len(m._forward_hooks) == 1 for m in modules)
     ex.close()
@@ -283,8 +283,8 @@ def test_interpolant_endpoints():
     z, eps = torch.randn(3, 4, 4, 4), torch.randn(3, 4, 4, 4)
     x0, v = interpolant(z, eps, torch.zeros(3))
     x1, _ = interpolant(z, eps, torch.ones(3))
-    assert torch.equal(x0, z) and torch.equal(x1, eps)
-    assert v.shape == z.shape and torch.equal(v, eps - z)
+    assert torch.equal(x0, z) and torch.equal(x1, eps)  # same kernel: t in {0, 1} multiplies one endpoint by 0 and the other by 1
+    assert v.shape == z.shape and torch.equal(v, eps - z)  # same kernel: the same subtraction eps - z
     with pytest.raises(ValueError, match="eps"):
         interpolant(z, eps[:, :2], torch.zeros(3))
 
@@ -303,7 +303,7 @@ def test_hook_returns_intended_block(parts):
         for h in handles:
             h.remove()
     assert hidden.shape == (2, 16, 32)
-    assert torch.equal(hidden, seen[1]) and not torch.equal(hidden, seen[0])
+    assert torch.equal(hidden, seen[1]) and not torch.equal(hidden, seen[0])  # same kernel: the hooked block's own output; the second half asserts a difference
     assert torch.equal(out, dit_forward(dit, x, t, y))  # same kernel
     assert all(len(b._forward_hooks) == 0 for b in dit.transformer_blocks)
 
@@ -353,7 +353,7 @@ def test_lambda_zero_equals_vanilla_loss_and_grads(parts):
             align_block=1,
             generator=torch.Generator().manual_seed(3),
         )["loss"].backward()
-        assert any(not torch.equal(g_van[n], p.grad) for n, p in dit.named_parameters() if p.grad is not None)
+        assert any(not torch.equal(g_van[n], p.grad) for n, p in dit.named_parameters() if p.grad is not None)  # same kernel: n/a, asserts a difference
     dit.zero_grad()
     vae.encoder.requires_grad_(True)
 
