@@ -706,6 +706,15 @@ def _specs_more() -> dict[str, Spec]:
             "K": (-1,),
         },
     )
+    s["sgnnbench.STFN"] = Spec(
+        lambda z, **kw: sgnnbench.STFN(**{"channels": 5, **kw})(z),
+        tensors=lambda: {"z": _randn(4, 5)},
+        bad={
+            "channels": (0, -1),
+            "v_threshold": (0.0, -1.0, float("nan")),
+            "eps": (0.0, -1e-5, float("nan")),
+        },
+    )
     s["sgnnbench.SpikingGATConv"] = Spec(
         lambda x, edge_index, **kw: sgnnbench.SpikingGATConv(3, 4, **kw)(x, edge_index),
         tensors=_graph,

@@ -359,6 +359,7 @@ METHODS: tuple[MethodInfo, ...] = (
             "PLIF",
             "SpikingGCNConv",
             "SpikingGATConv",
+            "STFN",
             "SGNN",
             "DRSGNN",
             "SpikeGCL",

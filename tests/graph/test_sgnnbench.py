@@ -516,6 +516,25 @@ def test_stfn_standardises_each_node_and_scales_by_threshold():
         norm(torch.randn(3, 5))
 
 
+def test_stfn_rejects_bad_input_naming_it():
+    norm = STFN(4)
+    with pytest.raises(TypeError, match="z must be a floating-point"):
+        norm(torch.ones(2, 4, dtype=torch.long))
+    with pytest.raises(TypeError, match="z is torch.float64"):
+        norm(torch.ones(2, 4, dtype=torch.float64))  # parameters are float32: convert one or the other
+    with pytest.raises(ValueError, match="z contains NaN"):
+        norm(torch.tensor([[0.0, float("nan"), 1.0, 2.0]]))
+    with pytest.raises(ValueError, match="meta"):
+        norm(torch.empty(2, 4, device="meta"))
+    for bad in (0.0, -1.0, float("nan")):
+        with pytest.raises(ValueError, match="v_threshold"):
+            STFN(4, v_threshold=bad)
+    with pytest.raises(ValueError, match="eps"):
+        STFN(4, eps=0.0)
+    double = STFN(4).double()  # a float64 model takes float64 input and keeps it
+    assert double(torch.randn(3, 4, dtype=torch.float64)).dtype == torch.float64
+
+
 def test_linear_attention_matches_dense_formula():
     torch.manual_seed(0)
     att = SpikingLinearAttention(5).eval()

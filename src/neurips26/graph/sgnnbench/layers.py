@@ -39,6 +39,7 @@ where :math:`K^\\top V` and :math:`Q (K^\\top V)` take binary inputs (accumulate
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import torch
@@ -47,7 +48,7 @@ from torch_geometric.nn import MessagePassing
 from torch_geometric.nn.conv.gcn_conv import gcn_norm
 from torch_geometric.utils import is_torch_sparse_tensor, spmm
 
-from neurips26.common.checks import check_choice, check_int
+from neurips26.common.checks import check_choice, check_float, check_int, check_tensor
 from neurips26.common.graphs import check_adjacency
 from neurips26.graph.sgnnbench._ops import record
 from neurips26.graph.sgnnbench.neurons import NEURONS, make_neuron
@@ -77,18 +78,22 @@ class STFN(nn.Module):
 
     Shapes
     ------
-    ``z [N, C]`` -> ``[N, C]``.
+    ``z [N, C]`` -> ``[N, C]``, floating point in the parameters' dtype and device, finite (``TypeError`` /
+    ``ValueError`` naming ``z`` otherwise).
     """
 
     def __init__(self, channels: int, v_threshold: float = 1.0, eps: float = 1e-5) -> None:
         super().__init__()
         check_int("channels", channels, low=1)
-        self.v_threshold = float(v_threshold)
-        self.eps = float(eps)
+        self.v_threshold = check_float(
+            "v_threshold", v_threshold, 0.0, math.inf, low_open=True, high_open=True
+        )
+        self.eps = check_float("eps", eps, 0.0, math.inf, low_open=True, high_open=True)
         self.weight = nn.Parameter(torch.ones(channels))
         self.bias = nn.Parameter(torch.zeros(channels))
 
     def forward(self, z: Tensor) -> Tensor:
+        check_tensor("z", z, like=self, like_name="STFN")
         if z.dim() != 2 or z.size(1) != self.weight.numel():
             raise ValueError(f"z must be [N, {self.weight.numel()}], got {tuple(z.shape)}")
         record(self, "norm", z.numel(), z)
