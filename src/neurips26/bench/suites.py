@@ -3,8 +3,9 @@
 =================  ===================================  ==========================================
 name               arms                                 reference
 =================  ===================================  ==========================================
-``kv_decode``      ``kivi2``, ``adakvq`` (on the       ``dynamic``: ``transformers.DynamicCache``
-                   codes), ``kivi2_dequant``, ``adkv``;
+``kv_decode``      ``kivi2``, ``kivi2_g64``,           ``dynamic``: ``transformers.DynamicCache``
+                   ``adakvq`` (on the codes),
+                   ``kivi2_dequant``, ``adkv``;
                    peers ``quanto2``, ``hqq2``, ``fp8``
 ``adera_codec``    ``encode``, ``decode``,              ``clone``: ``tensor.clone()`` of the shard
                    ``encode+decode``
@@ -99,6 +100,8 @@ def _kv_caches(case: dict[str, Any], cfg) -> tuple[dict[str, Any], dict[str, str
     caches: dict[str, Any] = {
         "dynamic": DynamicCache(config=cfg),
         "kivi2": KIVICache(cfg, nbits=2, group_size=32, residual_length=32),
+        # the peers' group size (64): one scale/zero per 64 values, for a comparison at equal or fewer bytes
+        "kivi2_g64": KIVICache(cfg, nbits=2, group_size=64, residual_length=32),
         "adakvq": AdaKVQCache(cfg, AdaKVQConfig(online=False), base_bits=_adakvq_bits(cfg.num_hidden_layers)),
     }
     skipped: dict[str, str] = {}
@@ -137,7 +140,7 @@ def _kv_setup(case: dict[str, Any], seed: int):
     codes = register_codes_attention()
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
     caches, skipped = _kv_caches(case, cfg)
-    attn = {arm: (codes if arm in ("kivi2", "adakvq", "adkv") else "sdpa") for arm in caches}
+    attn = {arm: (codes if arm in ("kivi2", "kivi2_g64", "adakvq", "adkv") else "sdpa") for arm in caches}
     g = torch.Generator().manual_seed(seed)
     shape = (case["batch"], cfg.num_key_value_heads, case["context"], head_dim)
     fill_s: dict[str, float] = dict.fromkeys(caches, 0.0)
@@ -434,7 +437,8 @@ BENCHMARKS: dict[str, Benchmark] = {
         "codes and one scaled query per block, values from one scaled probability per token and group, C++ "
         "operator, extra.kernel; the fp residual window attended exactly); kivi2_dequant is the same KIVI-2 "
         "cache through SDPA, dequantising every block at every step (the previous default; timed up to 1K, "
-        "as ADKV). adakvq is the "
+        "as ADKV); kivi2_g64 is KIVI-2 at the peers' group size 64 (one scale and zero per 64 values, residual "
+        "32), for the comparison at equal or fewer stored bytes. adakvq is the "
         "static allocation at 2.5 bits (B = {2, 3, 4}) for a depth-rising demand (mixed 2/3/4-bit layers; no "
         "online tracker). Peers: transformers' QuantizedCache with the quanto (2-bit, group 64, residual 128), "
         "HQQ (2-bit, group 64, residual 128) and fp8 (per-tensor) backends, through SDPA. ADKV (uncalibrated, "
