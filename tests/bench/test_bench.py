@@ -68,16 +68,18 @@ def test_kv_decode_caches_hold_fewer_bytes_than_dynamic(monkeypatch):
     calls = []
     real = attention.attend_codes
     monkeypatch.setattr(attention, "attend_codes", lambda *a, **k: calls.append(1) or real(*a, **k))
-    arms, extra = S.BENCHMARKS["kv_decode"].setup(dict(SMALL["kv_decode"]), 0)
+    # 160 tokens: past the fp residual window, kivi2_g64 quantises whole groups of 64 tokens too
+    arms, extra = S.BENCHMARKS["kv_decode"].setup({**SMALL["kv_decode"], "context": 160}, 0)
     kv = extra["kv_bytes"]
     assert set(S.KV_PEERS) <= set(arms) | set(extra["skipped"])  # every peer runs or says why not
     assert all(kv[a] < kv["dynamic"] for a in arms if a != "dynamic")
     assert all(extra["peak_bytes"][a] >= kv[a] > 0 for a in arms)
     assert extra["kv_bytes_ratio"]["dynamic"] == extra["peak_ratio"]["dynamic"] == 1.0
-    assert extra["attention"]["kivi2"] == extra["attention"]["adakvq"] == extra["attention"]["adkv"] == "kv_codes"
+    assert {extra["attention"][a] for a in ("kivi2", "kivi2_g64", "adakvq", "adkv")} == {"kv_codes"}
     assert extra["attention"]["kivi2_dequant"] == "sdpa"
     n_layers = S._model("tiny").config.num_hidden_layers
-    assert len(calls) == 3 * n_layers  # the peak-memory step of kivi2, adakvq and adkv ran on the codes
+    assert len(calls) == 4 * n_layers  # the peak-memory step of kivi2, kivi2_g64, adakvq and adkv ran on the codes
+    assert kv["kivi2_g64"] < kv["kivi2"]  # half the scales and zeros
     calls.clear()
     arms["kivi2"]()
     arms["kivi2_dequant"]()
