@@ -66,7 +66,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from neurips26.claims.base import AtLeast, Better, Claim, Exact, Headline, RatioAtLeast, SeedResult, sweep_record
+from neurips26.claims.base import (
+    AtLeast,
+    Better,
+    Claim,
+    Exact,
+    Headline,
+    RatioAtLeast,
+    SeedResult,
+    sweep_record,
+)
 from neurips26.claims.plotting import pyplot, save_figure
 from neurips26.common.models import EOS_ID, build_tiny_lm
 from neurips26.common.seeding import seed_everything
