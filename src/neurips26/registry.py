@@ -833,21 +833,63 @@ def export_files(src=None) -> dict[str, str]:
 
     Every area's ``src/neurips26/<area>/__init__.pyi`` (:func:`neurips26.common.exports.render_stub`) and
     ``API.md`` (:func:`neurips26.common.exports.render_api`), read statically from the package folder
-    ``src`` (default: this package's). Deterministic: sorted, no timestamps.
+    ``src`` (default: this package's). Each area's doctested usage example (:data:`neurips26.usage.USAGE`)
+    is appended to its stub's module docstring and shown under its heading in ``API.md``.
+    Deterministic: sorted, no timestamps.
     """
     from pathlib import Path
 
     from neurips26.common.exports import describe_exports, render_api, render_stub
+    from neurips26.usage import USAGE
 
+    unknown = sorted(set(USAGE) - set(AREAS))
+    if unknown:
+        raise ValueError(f"neurips26.usage.USAGE names unknown areas {unknown}; areas are {AREAS}")
     src = Path(src) if src is not None else Path(__file__).parent
     files: dict[str, str] = {}
     tables = {}
     for area in sorted(AREAS):
         index, _ = area_index(area, src / area)
-        files[f"src/neurips26/{area}/__init__.pyi"] = render_stub(f"neurips26.{area}", index)
+        stub = render_stub(f"neurips26.{area}", index)
+        files[f"src/neurips26/{area}/__init__.pyi"] = _stub_with_usage(stub, area, USAGE.get(area))
         tables[area] = describe_exports(src.parent, index)
-    files["API.md"] = render_api(tables)
+    files["API.md"] = _api_with_usage(render_api(tables), USAGE)
     return files
+
+
+def _check_usage(area: str, text: str) -> str:
+    """``text`` (an area's doctest usage) without trailing blank lines; it must fit verbatim in a docstring."""
+    if not isinstance(text, str) or not text.strip():
+        raise ValueError(f"neurips26.usage.USAGE[{area!r}] must be a non-empty str")
+    if '"""' in text or "\\" in text:
+        raise ValueError(f"neurips26.usage.USAGE[{area!r}] must hold no triple quote and no backslash")
+    if not text.lstrip().startswith(">>> "):
+        raise ValueError(f"neurips26.usage.USAGE[{area!r}] must start with a '>>> ' line")
+    return text.rstrip("\n")
+
+
+def _stub_with_usage(stub: str, area: str, usage: str | None) -> str:
+    """The stub with ``usage`` appended to its module docstring (the text an IDE shows on hover)."""
+    if usage is None:
+        return stub
+    header = "Usage (doctested by tests/test_usage.py; source: neurips26/usage.py):"
+    block = f"\n\n{header}\n\n{_check_usage(area, usage)}"
+    end = stub.index('\n"""\n', 3)  # the end of the module docstring render_stub writes first
+    return stub[:end] + block + stub[end:]
+
+
+def _api_with_usage(api: str, usage: dict[str, str]) -> str:
+    """``API.md`` with each area's usage as a ``pycon`` block under the area's heading, above its table."""
+    for area in sorted(usage):
+        heading = f"\n## {area}\n\n"
+        if api.count(heading) != 1:
+            raise ValueError(f"API.md has {api.count(heading)} headings for area {area!r}, expected 1")
+        block = (
+            "Usage (doctested by `tests/test_usage.py`; source: `src/neurips26/usage.py`):\n\n"
+            f"```pycon\n{_check_usage(area, usage[area])}\n```\n\n"
+        )
+        api = api.replace(heading, heading + block)
+    return api
 
 
 def write_exports(root, check: bool = False, src=None) -> list[str]:
