@@ -4,6 +4,9 @@ determinism, glossary, plot): test_conformance.py."""
 import math
 
 import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from neurips26.claims.channel_router import CLAIM, LAMBDAS, _expression, _lm_parse
 
@@ -88,3 +91,100 @@ def test_pool_channel_serves_without_replacement_then_live(tmp_path, monkeypatch
     assert again[0] == got[0]  # same rng seed, same order (common random numbers across arms)
     ch.sample(task, 1, rng=rng)  # pool exhausted for this rng: generated live
     assert ch.live == 1 and all(s.cost == 2.0 for s in ch.sample(task, 2, rng=np.random.default_rng(1)))
+
+
+def test_expression_parses_multiple_choice_and_division():
+    mc = "Which option equals -33 / 11 + -22?\nOptions: A) -25  B) -24\nReply with the letter of the correct option only."
+    assert _expression(mc) == "-33/11+-22"
+    assert _expression("Calculate 7 * ( 2 - 5 ).\nReply with the final answer only.") == "7*(2-5)"
+    assert _expression("Calculate 2.5 + 1.\nReply with the final answer only.") is None  # no decimals
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 5), st.booleans()), min_size=2, max_size=30).filter(
+        lambda rows: len({y for _, y in rows}) == 2
+    )
+)
+def test_judge_auroc_equals_sklearn(rows):
+    from sklearn.metrics import roc_auc_score
+
+    from neurips26.claims.channel_router.lm_testbed import judge_auroc
+
+    scores, labels = [float(s) for s, _ in rows], [y for _, y in rows]
+    assert judge_auroc(scores, labels) == pytest.approx(roc_auc_score(labels, scores), abs=1e-12)
+
+
+def test_judge_auroc_edges():
+    from neurips26.claims.channel_router.lm_testbed import judge_auroc
+
+    assert judge_auroc([0.9, 0.8, 0.1], [True, True, False]) == 1.0
+    assert judge_auroc([0.1, 0.8, 0.9], [True, False, False]) == 0.0
+    assert judge_auroc([0.5, 0.5], [True, False]) == 0.5
+    assert math.isnan(judge_auroc([0.5, 0.7], [True, True]))
+
+
+class _FakeVerifierLM:
+    """answer_logprob stub: log(0.9) for the true value of the expression, log(0.1) otherwise (counts calls)."""
+
+    def __init__(self):
+        self.calls, self.pairs = 0, []
+
+    def answer_logprob(self, pairs):
+        self.calls += 1
+        self.pairs += list(pairs)
+        return [math.log(0.9 if str(eval(e)) == a else 0.1) for e, a in pairs]  # noqa: S307 - digits and + - only
+
+
+def test_verifier_judge_and_critic_never_read_the_reference():
+    from neurips26.agents.channel_router import Task
+    from neurips26.claims.channel_router.lm_testbed import VerifierJudge, verifier_critic
+
+    lm = _FakeVerifierLM()
+    judge = VerifierJudge(lm)
+    # the reference answer is deliberately wrong: a judge that read it would prefer "99"
+    task = Task("Calculate 2 + 3.\nReply with the final answer only.", "99", "arith")
+    judge.prefetch([(task, "5"), (task, "4"), (task, "5"), (task, "x")])
+    assert lm.calls == 1 and sorted(lm.pairs) == [("2+3", "4"), ("2+3", "5")]  # distinct integer answers, batched
+    assert judge.score(task, "5") == pytest.approx(0.9) and judge.score(task, "4") == pytest.approx(0.1)
+    assert judge.score(task, "99") == pytest.approx(0.1) and judge.calls == 1  # a live call, memoised after
+    assert judge.score(task, "x") == 0.0 and judge.score(task, "") == 0.0  # not an integer
+    assert judge.score(Task("Martha is knitting 3 hats."), "3") == 0.5  # no expression: the judge abstains
+    critic = verifier_critic(judge, cost=10.0, threshold=0.5)
+    assert critic(task, "5") is None
+    hint = critic(task, "4")
+    assert hint == "The answer 4 is likely wrong." and "99" not in hint
+    assert critic.cost == 10.0
+    with pytest.raises(ValueError, match="role"):
+        from neurips26.claims.channel_router.lm_testbed import TinyArithmeticLM
+
+        TinyArithmeticLM({}, 1.0, 0.0, role="judge")
+
+
+def test_tiny_lm_answer_logprob_batched_equals_one_by_one(tmp_path, monkeypatch):
+    from neurips26.claims.channel_router.lm_testbed import TinyArithmeticLM
+
+    monkeypatch.setenv("NEURIPS26_CACHE", str(tmp_path))
+    cfg = {"data_seed": 0, "verifier_hidden": 32, "verifier_layers": 1, "verifier_steps": 3, "verifier_examples": 60}
+    lm = TinyArithmeticLM(cfg, 1.0, 0.0, role="verifier", exclude=frozenset({"1+2"}))
+    pairs = [("1+2", "3"), ("12-40+7", "-21"), ("(3*4)", "12"), ("9", "9")]
+    batched = lm.answer_logprob(pairs, batch_size=3)
+    single = [lm.answer_logprob([p])[0] for p in pairs]
+    # different padded widths run different matmul shapes: equal within float32 rounding of a short sum
+    assert batched == pytest.approx(single, abs=1e-5)
+    assert all(v < 0 for v in batched)
+    # by hand for one pair: mean log-probability of the answer characters and the end token
+    import torch
+
+    ids = lm.tok("1+2=3")["input_ids"] + [lm.tok.eos_token_id]
+    with torch.no_grad():
+        logp = lm.model(input_ids=torch.tensor([ids])).logits.float().log_softmax(-1)[0]
+    head = len(lm.tok("1+2=")["input_ids"])
+    manual = float(torch.stack([logp[t - 1, ids[t]] for t in range(head, len(ids))]).mean())
+    assert batched[0] == pytest.approx(manual, abs=1e-5)
+    # training expressions that occur among the evaluated items are dropped
+    examples = lm._examples(cfg)()
+    first = lm.tok.decode(examples[0]["input_ids"], skip_special_tokens=True).split("=")[0]
+    lm._exclude = frozenset({first})
+    kept = [lm.tok.decode(e["input_ids"], skip_special_tokens=True).split("=")[0] for e in lm._examples(cfg)()]
+    assert first not in kept and len(kept) < len(examples)

@@ -1,4 +1,16 @@
-"""The language-model testbed of the channel-router claim: reasoning-gym items, SmolLM2 and tiny-LM channels with cached sample pools, judges and critics."""
+r"""The language-model testbed of the channel-router claim: reasoning-gym items, SmolLM2 and tiny-LM channels with
+cached sample pools, and a real judge and critic: a separately trained verifier LM that scores an answer by its
+likelihood (no access to the reference answer).
+
+The judge's score of an answer :math:`a` to an arithmetic prompt with expression :math:`e` is the geometric-mean
+probability of the answer's characters (and the end token) under the verifier :math:`p_v`:
+
+.. math::
+
+    J(e, a) = \exp\Big(\frac{1}{|a| + 1} \sum_{t=1}^{|a|+1} \log p_v(a_t \mid e{=}, a_{<t})\Big) \in [0, 1],
+
+and the critic rejects :math:`a` (feedback "the answer a is likely wrong") when :math:`J(e, a) < \theta`.
+"""
 
 from __future__ import annotations
 
@@ -38,14 +50,25 @@ def _lm_parse(prompt: str, text: str) -> str:
 
 
 def _expression(prompt: str) -> str | None:
-    """The arithmetic expression of a chain_sum / basic_arithmetic prompt, or None."""
-    m = re.search(r"arithmetic problem:\s*(.+?)\s*=", prompt) or re.search(
-        r"Calculate\s+(.+?)\.\s*$", prompt.split("\n")[0]
+    """The arithmetic expression of a chain_sum / basic_arithmetic / multiple-choice prompt, or None."""
+    first = prompt.split("\n")[0]
+    m = (
+        re.search(r"arithmetic problem:\s*(.+?)\s*=", prompt)
+        or re.search(r"Calculate\s+(.+?)\.\s*$", first)
+        or re.search(r"Which option equals\s+(.+?)\?\s*$", first)
     )
     if not m:
         return None
     expr = m.group(1).replace(" ", "")
-    return expr if re.fullmatch(r"[0-9+\-*()]+", expr) else None
+    return expr if re.fullmatch(r"[0-9+\-*/()]+", expr) else None
+
+
+#: The LM testbed's task families: (family, reasoning-gym generator, options). Fixed before any run.
+LM_FAMILIES: tuple[tuple[str, str, dict[str, int]], ...] = (
+    ("arith", "basic_arithmetic", {"min_terms": 2, "max_terms": 3, "max_digits": 2}),
+    ("chain", "chain_sum", {"min_terms": 2, "max_terms": 3, "max_digits": 2}),
+    ("chain_long", "chain_sum", {"min_terms": 4, "max_terms": 5, "max_digits": 2}),
+)
 
 
 def _lm_items(cfg: dict[str, Any]) -> list[Task]:
@@ -53,11 +76,7 @@ def _lm_items(cfg: dict[str, Any]) -> list[Task]:
 
     n = cfg["n_per_family"]
     out: list[Task] = []
-    for fam, name, kw in (
-        ("gsm", "gsm_symbolic", {}),
-        ("arith", "basic_arithmetic", {"min_terms": 2, "max_terms": 3, "max_digits": 2}),
-        ("chain", "chain_sum", {"min_terms": 2, "max_terms": 3, "max_digits": 2}),
-    ):
+    for fam, name, kw in LM_FAMILIES:
         task = ReasoningGymTask(name, n, 0, seed=cfg["data_seed"], **kw)
         out += [Task(p.prompt + _LM_SUFFIX, normalize_answer(p.answer), fam) for p in task.train]
     mc = ReasoningGymTask(
@@ -149,36 +168,60 @@ class PoolChannel(Channel):
 class TinyArithmeticLM:
     """Character-level tiny Llama trained from scratch on ``expression=value`` strings.
 
+    ``role`` picks the config keys (``"tiny"``: the tiny channel; ``"verifier"``: the judge's model, a
+    separately trained, larger model on another draw of expressions). Training expressions that occur
+    in ``exclude`` (the testbed's items) are dropped, so neither model has seen an evaluated item.
     ``generate_batch(prompts, seed)`` answers the arithmetic expression found in each prompt (an empty
-    completion with zero tokens when there is none: the channel is infeasible for that prompt).
+    completion with zero tokens when there is none: the channel is infeasible for that prompt);
+    ``answer_logprob(pairs)`` is the mean log-probability of each answer's characters and end token.
     """
 
-    ALPHABET = "0123456789+-*()="
+    ALPHABET = "0123456789+-*/()="
 
-    def __init__(self, cfg: dict[str, Any], temperature: float, price_out: float):
+    def __init__(
+        self,
+        cfg: dict[str, Any],
+        temperature: float,
+        price_out: float,
+        *,
+        role: str = "tiny",
+        exclude: frozenset[str] = frozenset(),
+    ):
         import torch
 
         from neurips26.common.models import build_tiny_lm
         from neurips26.common.tokenizers import char_tokenizer
         from neurips26.common.training import train_or_load
 
+        if role not in ("tiny", "verifier"):
+            raise ValueError(f"role must be 'tiny' or 'verifier', got {role!r}")
         self.tok = char_tokenizer(self.ALPHABET)
         self.temperature, self.price_in, self.price_out = temperature, 0.0, price_out
+        self.role, self._exclude = role, exclude
+        self._seed = cfg["data_seed"] + (7 if role == "tiny" else 11)
         data = self._examples(cfg)
         lm_kw = {
-            "hidden_size": cfg["tiny_hidden"],
-            "intermediate_size": 2 * cfg["tiny_hidden"],
-            "num_hidden_layers": cfg["tiny_layers"],
+            "hidden_size": cfg[f"{role}_hidden"],
+            "intermediate_size": 2 * cfg[f"{role}_hidden"],
+            "num_hidden_layers": cfg[f"{role}_layers"],
+        }
+        key = {
+            "alphabet": self.ALPHABET,
+            "n_train": cfg[f"{role}_examples"],
+            "seed": self._seed,
+            "families": [list(f[:2]) + [sorted(f[2].items())] for f in LM_FAMILIES],
+            "exclude": hashlib.sha256(json.dumps(sorted(exclude)).encode()).hexdigest()[:16],
+            **lm_kw,
         }
         self.model, self.history = train_or_load(
-            "channel-router-tiny",
-            {"alphabet": self.ALPHABET, "n_train": cfg["tiny_examples"], "seed": cfg["data_seed"], **lm_kw},
-            lambda: build_tiny_lm("llama", vocab_size=len(self.tok), seed=cfg["data_seed"], **lm_kw),
+            f"channel-router-{role}",
+            key,
+            lambda: build_tiny_lm("llama", vocab_size=len(self.tok), seed=self._seed, **lm_kw),
             data,
-            steps=cfg["tiny_steps"],
+            steps=cfg[f"{role}_steps"],
             batch_size=64,
             lr=3e-3,
-            seed=cfg["data_seed"],
+            seed=self._seed,
         )
         self.model.eval()
         self.params = sum(p.numel() for p in self.model.parameters())
@@ -189,14 +232,12 @@ class TinyArithmeticLM:
             import reasoning_gym as rg
 
             out = []
-            per = cfg["tiny_examples"] // 2
-            for name in ("chain_sum", "basic_arithmetic"):
-                ds = rg.create_dataset(
-                    name, size=per, seed=cfg["data_seed"] + 7, min_terms=2, max_terms=3, max_digits=2
-                )
+            per = cfg[f"{self.role}_examples"] // len(LM_FAMILIES)
+            for j, (_, name, kw) in enumerate(LM_FAMILIES):
+                ds = rg.create_dataset(name, size=per, seed=self._seed + 100 * j, **kw)
                 for i in range(per):
                     expr = _expression(ds[i]["question"])
-                    if expr is None:
+                    if expr is None or expr in self._exclude:
                         continue
                     ids = self.tok(f"{expr}={ds[i]['answer']}")["input_ids"] + [self.tok.eos_token_id]
                     n_prompt = len(self.tok(f"{expr}=")["input_ids"])
@@ -238,33 +279,119 @@ class TinyArithmeticLM:
                 out[i] = Sample(text, normalize_answer(text), None, int(t_in), len(ids))
         return out  # type: ignore[return-value]
 
+    def answer_logprob(self, pairs: Sequence[tuple[str, str]], batch_size: int = 256) -> list[float]:
+        """Mean log-probability of ``answer`` + end token after ``expression=``, one value per pair.
 
-def _lm_judge(cost: float, sd: float) -> Judge:
-    def score(task: Task, answer: str, rng: np.random.Generator | None = None) -> float:
-        return float(answer == task.answer) + (sd * float(rng.standard_normal()) if rng is not None else 0.0)
+        Shapes: a batch of ``B`` right-padded sequences ``(B, L)`` -> logits ``(B, L, V)``; the value of
+        row ``b`` averages the answer tokens' log-probabilities (prompt and padding masked out).
+        """
+        torch = self._torch
+        out: list[float] = []
+        self.tok.padding_side = "right"
+        for start in range(0, len(pairs), batch_size):
+            chunk = pairs[start : start + batch_size]
+            heads = [len(self.tok(f"{e}=")["input_ids"]) for e, _ in chunk]
+            seqs = [self.tok(f"{e}={a}")["input_ids"] + [self.tok.eos_token_id] for e, a in chunk]
+            width = max(len(q) for q in seqs)
+            ids = torch.full((len(seqs), width), self.tok.pad_token_id, dtype=torch.long)
+            mask = torch.zeros((len(seqs), width), dtype=torch.long)
+            for b, q in enumerate(seqs):
+                ids[b, : len(q)] = torch.tensor(q)
+                mask[b, : len(q)] = 1
+            with torch.no_grad():
+                logp = self.model(input_ids=ids, attention_mask=mask).logits.float().log_softmax(-1)
+            tok_lp = logp[:, :-1].gather(-1, ids[:, 1:, None]).squeeze(-1)  # (B, L - 1)
+            for b, (h, q) in enumerate(zip(heads, seqs)):
+                out.append(float(tok_lp[b, h - 1 : len(q) - 1].mean()))
+        return out
 
-    return Judge(score, cost=cost)
+
+_INT = re.compile(r"-?\d+")
 
 
-def _lm_critic(cost: float) -> Critic:
-    return Critic(
-        lambda task, answer: None if answer == task.answer else f"The answer {answer or '(none)'} is wrong.",
-        cost=cost,
-    )
+class VerifierJudge:
+    """A real judge: a verifier LM's likelihood of the answer given the prompt's expression (no reference).
+
+    ``score(task, answer)`` is :math:`\\exp` of :meth:`TinyArithmeticLM.answer_logprob` (in ``[0, 1]``);
+    an answer that is not an integer scores 0; a prompt without a parseable expression scores 0.5
+    (the judge abstains). Scores are memoised per (expression, answer); :meth:`prefetch` fills the memo
+    in batches.
+    """
+
+    def __init__(self, lm: TinyArithmeticLM):
+        self.lm = lm
+        self.memo: dict[tuple[str, str], float] = {}
+        self.calls = 0
+
+    def prefetch(self, pairs: Sequence[tuple[Task, str]]) -> None:
+        todo = sorted(
+            {(e, a) for t, a in pairs if (e := _expression(t.prompt)) is not None and _INT.fullmatch(a)}
+            - set(self.memo)
+        )
+        for key, lp in zip(todo, self.lm.answer_logprob(todo)):
+            self.memo[key] = math.exp(lp)
+
+    def score(self, task: Task, answer: str) -> float:
+        expr = _expression(task.prompt)
+        if expr is None:
+            return 0.5
+        if not _INT.fullmatch(answer or ""):
+            return 0.0
+        key = (expr, answer)
+        if key not in self.memo:
+            self.calls += 1
+            self.memo[key] = math.exp(self.lm.answer_logprob([key])[0])
+        return self.memo[key]
+
+
+def judge_auroc(scores: Sequence[float], labels: Sequence[bool]) -> float:
+    """Area under the ROC curve of ``scores`` for ``labels`` (Mann-Whitney, ties count one half); NaN if one
+    class is empty."""
+    s, y = np.asarray(scores, dtype=float), np.asarray(labels, dtype=bool)
+    pos, neg = s[y], s[~y]
+    if len(pos) == 0 or len(neg) == 0:
+        return math.nan
+    greater = (pos[:, None] > neg[None, :]).sum() + 0.5 * (pos[:, None] == neg[None, :]).sum()
+    return float(greater / (len(pos) * len(neg)))
+
+
+def _lm_judge(verifier: VerifierJudge, cost: float) -> Judge:
+    return Judge(verifier.score, cost=cost, name="verifier")
+
+
+def verifier_critic(verifier: VerifierJudge, cost: float, threshold: float) -> Critic:
+    """Reject an answer the verifier scores below ``threshold``; the hint names the answer, never the truth."""
+
+    def critique(task: Task, answer: str) -> str | None:
+        if verifier.score(task, answer) >= threshold:
+            return None
+        return f"The answer {answer or '(none)'} is likely wrong."
+
+    return Critic(critique, cost=cost, name="verifier-critic")
 
 
 _LM_CACHE: dict[str, Any] = {}
 
 
-def _lm_channels(cfg: dict[str, Any]) -> dict[str, PoolChannel]:
-    """SmolLM2 at two temperatures and the tiny model, each wrapped in a pool (built once per process)."""
-    key = json.dumps({k: cfg[k] for k in sorted(cfg) if k.startswith(("smol", "tiny", "data", "max_new"))})
+def _lm_channels(cfg: dict[str, Any], items: Sequence[Task]) -> dict[str, Any]:
+    """SmolLM2 at two temperatures and the tiny model, each wrapped in a pool, and the verifier judge (built
+    once per process). SmolLM2 runs in the CPU's matmul dtype (bf16 where the CPU has bf16 units)."""
+    key = json.dumps(
+        {
+            k: cfg[k]
+            for k in sorted(cfg)
+            if k.startswith(("smol", "tiny", "verifier", "data", "max_new", "n_per"))
+        }
+    )
     if key in _LM_CACHE:
         return _LM_CACHE[key]
     from neurips26.agents.channel_router import HFChannel
     from neurips26.common.models import load_pretrained
+    from neurips26.common.precision import matmul_dtype
 
+    dtype = matmul_dtype()
     model, tok = load_pretrained("smollm2-135m")
+    model = model.to(dtype)
     n_params = sum(p.numel() for p in model.parameters())
     chans: dict[str, PoolChannel] = {}
     for t in cfg["smol_temperatures"]:
@@ -281,9 +408,18 @@ def _lm_channels(cfg: dict[str, Any]) -> dict[str, PoolChannel]:
             batch_size=cfg["batch_size"],
         )
         chans[name] = PoolChannel(
-            hf, name=name, cache_tag={"model": "smollm2-135m", "T": t, "max_new": cfg["max_new_tokens"]}
+            hf,
+            name=name,
+            cache_tag={
+                "model": "smollm2-135m",
+                "T": t,
+                "max_new": cfg["max_new_tokens"],
+                "dtype": str(dtype),
+                "batch": cfg["batch_size"],
+            },
         )
-    tiny = TinyArithmeticLM(cfg, cfg["tiny_temperature"], price_out=1.0)
+    exclude = frozenset(e for t in items if (e := _expression(t.prompt)) is not None)
+    tiny = TinyArithmeticLM(cfg, cfg["tiny_temperature"], price_out=1.0, role="tiny", exclude=exclude)
     tiny.price_out = tiny.params / n_params
     tiny.price_in = 0.0  # cost counts generated tokens only
     tiny_key = lambda p: p.split("\nA previous answer", 1)[0]  # noqa: E731 - the tiny model ignores feedback text
@@ -296,11 +432,13 @@ def _lm_channels(cfg: dict[str, Any]) -> dict[str, PoolChannel]:
             "params": tiny.params,
             "T": cfg["tiny_temperature"],
             "steps": cfg["tiny_steps"],
+            "final_loss": round(float(tiny.history.get("final_loss", math.nan)), 6),
         },
     )
-    chans["tiny"].tiny_history = tiny.history
-    _LM_CACHE[key] = chans
-    return chans
+    verifier = TinyArithmeticLM(cfg, 1.0, price_out=0.0, role="verifier", exclude=exclude)
+    out = {"channels": chans, "tiny": tiny, "verifier": VerifierJudge(verifier)}
+    _LM_CACHE[key] = out
+    return out
 
 
 LM_OPERATORS: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] = (
@@ -319,58 +457,79 @@ def _lm_testbed(cfg: dict[str, Any], seed: int) -> dict[str, Any]:
     from neurips26.agents.channel_router import Feedback, SentenceEmbedder
 
     items = _lm_items(cfg)
-    chans = _lm_channels(cfg)
+    built = _lm_channels(cfg, items)
+    chans, verifier = built["channels"], built["verifier"]
     t0 = time.perf_counter()
     for ch in chans.values():
         ch.warm([t.prompt for t in items], cfg["pool"])
-    # refinement prompts: critique of every distinct wrong pooled answer (round 1), then of the revisions
-    critic = _lm_critic(cfg["critic_cost"])
+    verifier.prefetch(
+        [(t, s.answer) for ch in chans.values() for t in items for s in ch.pools[ch.key(t.prompt)]]
+    )
+    # refinement prompts: the verifier critic's feedback on every distinct rejected pooled answer (round 1),
+    # then on the revisions
+    critic = verifier_critic(verifier, cfg["critic_cost"], cfg["critic_threshold"])
     for name, ch in chans.items():
         if name == "tiny" or name not in cfg["refine_channels"]:
             continue  # the tiny model ignores feedback text (its pool serves the revision)
         frontier = {(t, s.answer) for t in items for s in ch.pools[t.prompt]}
         for k in range(1, cfg["refine_rounds"] + 1):
-            prompts, nxt = [], set()
-            for t, a in frontier:
+            prompts = []
+            for t, a in sorted(frontier, key=lambda ta: (ta[0].prompt, ta[1])):
                 hint = critic(t, a)
                 if hint is not None:
                     prompts.append((t, t.prompt + Feedback("critique", a, hint, round=k).render()))
             ch.warm([p for _, p in prompts], 1)
-            nxt = {(t, ch.pools[p][0].answer) for t, p in prompts}
-            frontier = nxt
+            frontier = {(t, ch.pools[p][0].answer) for t, p in prompts}
+            verifier.prefetch(sorted(frontier, key=lambda ta: (ta[0].prompt, ta[1])))
     gen_s = time.perf_counter() - t0
     rng = np.random.default_rng([seed, 303])
     train, test = [], []
-    for fam in ("gsm", "arith", "chain", "mc"):
+    for fam in [f for f, *_ in LM_FAMILIES] + ["mc"]:
         fam_items = [t for t in items if t.family == fam]
         order = rng.permutation(len(fam_items))
         half = len(fam_items) // 2
         train += [fam_items[i] for i in order[:half]]
         test += [fam_items[i] for i in order[half:]]
+    # the judge's discrimination on the test split: every distinct pooled (item, answer) pair of every channel
+    pairs = sorted(
+        {
+            (t.prompt, s.answer, s.answer == t.answer)
+            for ch in chans.values()
+            for t in test
+            for s in ch.pools[ch.key(t.prompt)]
+        }
+    )
+    by_prompt = {t.prompt: t for t in test}
+    auroc = judge_auroc([verifier.score(by_prompt[p], a) for p, a, _ in pairs], [y for *_, y in pairs])
     if "embedder" not in _LM_CACHE:
         _LM_CACHE["embedder"] = SentenceEmbedder()
     ops = [
         (op, (("rounds", cfg["refine_rounds"]),) if op == "refine" else budget) for op, budget in LM_OPERATORS
     ]
     arms = [Arm(c, op, b) for c in chans for op, b in ops if op != "refine" or c in cfg["refine_channels"]]
+    tiny, ver = built["tiny"], verifier.lm
     return {
         "train": train,
         "test": test,
         "channels": chans,
         "arms": arms,
-        "judge": _lm_judge(cfg["judge_cost"], cfg["judge_sd"]),
+        "judge": _lm_judge(verifier, cfg["judge_cost"]),
         "critic": critic,
         "embedder": _LM_CACHE["embedder"],
         "reference": f"smol_t{int(round(10 * cfg['smol_temperatures'][0])):02d}",
+        "judge_auroc": auroc,
         "info": {
             "generation_s": gen_s,
             "pool_prompts": {k: len(c.pools) for k, c in chans.items()},
-            "tiny_params": int(chans["tiny"].base.params),
-            "tiny_final_loss": chans["tiny"].tiny_history.get("final_loss", math.nan),
-            "tiny_train_s": chans["tiny"].tiny_history.get("seconds", math.nan),
+            "tiny_params": int(tiny.params),
+            "tiny_final_loss": tiny.history.get("final_loss", math.nan),
+            "tiny_train_s": tiny.history.get("seconds", math.nan),
+            "verifier_params": int(ver.params),
+            "verifier_final_loss": ver.history.get("final_loss", math.nan),
+            "verifier_train_s": ver.history.get("seconds", math.nan),
+            "judge_pairs": len(pairs),
+            "judge_positive_share": float(np.mean([y for *_, y in pairs])) if pairs else math.nan,
+            "judge_live_calls": verifier.calls,
             "prices": {k: [c.price_in, c.price_out] for k, c in chans.items()},
         },
     }
-
-
-# ================================================================================= closed forms
