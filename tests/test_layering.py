@@ -17,11 +17,14 @@ Rules and their counts when the ratchet was set (distinct keys; call sites / imp
 claims_nn_module               11     classes in claims/ subclassing torch.nn.Module (or a torch.nn
                                       layer, or such a class in the same file)
 claims_backward                20     functions in claims/ calling ``.backward(...)`` (20 calls)
-claims_import_claim             2     adkv -> adakvq, aem -> rewardflow (15 imported names)
+claims_import_claim             2     adkv -> adakvq, aem -> rewardflow (15 imported names); 1 since aem and
+                                      rewardflow share neurips26.testbeds.agent_games
 tests_private_claim_name       44     ``_private`` names of neurips26.claims.* used by tests (49 uses;
                                       2 of them are harness names: runner._git_commit, _json_default)
 area_imports_claims             0     neurips26.<area> importing neurips26.claims
 common_imports_non_common       1     common/agents/training.py imports neurips26.rl (lazily)
+testbeds_import_claims          0     neurips26.testbeds importing neurips26.claims (rule added with the
+                                      first testbed module)
 =============================  =====  ==========================================================
 
 Limits, by design: a key is per function (claims_backward) or per imported claim (claims_import_claim),
@@ -59,7 +62,7 @@ TESTS = ROOT / "tests"
 HARNESS = frozenset({"__init__", "base", "criteria", "runner", "plotting", "report"})
 # neurips26 subpackages that are not method areas: claims/common are layers of their own, bench is the
 # benchmark tool (it may import areas), seeds holds data files.
-NON_AREAS = frozenset({"claims", "common", "bench", "seeds"})
+NON_AREAS = frozenset({"claims", "common", "bench", "seeds", "testbeds"})
 TORCH_MODULE = "torch.nn.Module"
 MOVE_HINT = "move it to an area or neurips26.testbeds; see issue 36"
 
@@ -70,6 +73,7 @@ RULES = (
     "tests_private_claim_name",  # a test importing (or reading) a `_private` name of neurips26.claims.*
     "area_imports_claims",  # neurips26.<area> importing neurips26.claims
     "common_imports_non_common",  # neurips26.common importing an area, claims, bench or the registry
+    "testbeds_import_claims",  # neurips26.testbeds importing neurips26.claims (testbeds sit below claims)
 )
 
 
@@ -331,7 +335,8 @@ def scan_tree() -> dict[str, list[Violation]]:
                 ("neurips26.claims",),
             )
     non_common = tuple(
-        f"neurips26.{name}" for name in (*area_names, "claims", "bench", "registry", "cli", "readme")
+        f"neurips26.{name}"
+        for name in (*area_names, "claims", "bench", "registry", "cli", "readme", "testbeds")
     )
     for path in sorted((PKG / "common").rglob("*.py")):
         found["common_imports_non_common"] += scan_layer_imports(
@@ -341,6 +346,15 @@ def scan_tree() -> dict[str, list[Violation]]:
             path.name == "__init__.py",
             "common_imports_non_common",
             non_common,
+        )
+    for path in sorted((PKG / "testbeds").rglob("*.py")):
+        found["testbeds_import_claims"] += scan_layer_imports(
+            path.read_text(encoding="utf-8"),
+            _rel(path),
+            module_name(path),
+            path.name == "__init__.py",
+            "testbeds_import_claims",
+            ("neurips26.claims",),
         )
     return found
 
@@ -381,9 +395,8 @@ KNOWN_VIOLATIONS: dict[str, tuple[str, ...]] = {
         "src/neurips26/claims/spark_vla.py:_pretrain",
         "src/neurips26/claims/spark_vla.py:_train_arm",
     ),
-    "claims_import_claim": (  # 2
+    "claims_import_claim": (  # 1 (aem -> rewardflow went to neurips26.testbeds.agent_games)
         "src/neurips26/claims/adkv.py:neurips26.claims.adakvq",
-        "src/neurips26/claims/aem.py:neurips26.claims.rewardflow",
     ),
     "tests_private_claim_name": (  # 44
         "tests/claims/test_abc_align.py:neurips26.claims.abc_align._part_a_cell",
@@ -435,6 +448,7 @@ KNOWN_VIOLATIONS: dict[str, tuple[str, ...]] = {
     "common_imports_non_common": (  # 1
         "src/neurips26/common/agents/training.py:neurips26.rl",
     ),
+    "testbeds_import_claims": (),
 }
 
 
@@ -474,7 +488,8 @@ def test_the_scan_sees_the_tree():
     assert len(_claim_files()) >= 30
     assert {"adkv", "amaris", "skim"} <= claim_units()
     assert claim_units().isdisjoint(HARNESS)
-    assert {"inference", "rl", "graph"} <= set(areas())
+    assert {"inference", "rl", "graph"} <= set(areas()) and "testbeds" not in areas()
+    assert (PKG / "testbeds" / "agent_games.py").is_file()
     assert len(list(TESTS.rglob("test_*.py"))) >= 30
 
 

@@ -145,7 +145,10 @@ def test_verifier_judge_and_critic_never_read_the_reference():
     # the reference answer is deliberately wrong: a judge that read it would prefer "99"
     task = Task("Calculate 2 + 3.\nReply with the final answer only.", "99", "arith")
     judge.prefetch([(task, "5"), (task, "4"), (task, "5"), (task, "x")])
-    assert lm.calls == 1 and sorted(lm.pairs) == [("2+3", "4"), ("2+3", "5")]  # distinct integer answers, batched
+    assert lm.calls == 1 and sorted(lm.pairs) == [
+        ("2+3", "4"),
+        ("2+3", "5"),
+    ]  # distinct integer answers, batched
     assert judge.score(task, "5") == pytest.approx(0.9) and judge.score(task, "4") == pytest.approx(0.1)
     assert judge.score(task, "99") == pytest.approx(0.1) and judge.calls == 1  # a live call, memoised after
     assert judge.score(task, "x") == 0.0 and judge.score(task, "") == 0.0  # not an integer
@@ -165,7 +168,13 @@ def test_tiny_lm_answer_logprob_batched_equals_one_by_one(tmp_path, monkeypatch)
     from neurips26.claims.channel_router.lm_testbed import TinyArithmeticLM
 
     monkeypatch.setenv("NEURIPS26_CACHE", str(tmp_path))
-    cfg = {"data_seed": 0, "verifier_hidden": 32, "verifier_layers": 1, "verifier_steps": 3, "verifier_examples": 60}
+    cfg = {
+        "data_seed": 0,
+        "verifier_hidden": 32,
+        "verifier_layers": 1,
+        "verifier_steps": 3,
+        "verifier_examples": 60,
+    }
     lm = TinyArithmeticLM(cfg, 1.0, 0.0, role="verifier", exclude=frozenset({"1+2"}))
     pairs = [("1+2", "3"), ("12-40+7", "-21"), ("(3*4)", "12"), ("9", "9")]
     batched = lm.answer_logprob(pairs, batch_size=3)
@@ -186,5 +195,57 @@ def test_tiny_lm_answer_logprob_batched_equals_one_by_one(tmp_path, monkeypatch)
     examples = lm._examples(cfg)()
     first = lm.tok.decode(examples[0]["input_ids"], skip_special_tokens=True).split("=")[0]
     lm._exclude = frozenset({first})
-    kept = [lm.tok.decode(e["input_ids"], skip_special_tokens=True).split("=")[0] for e in lm._examples(cfg)()]
+    kept = [
+        lm.tok.decode(e["input_ids"], skip_special_tokens=True).split("=")[0] for e in lm._examples(cfg)()
+    ]
     assert first not in kept and len(kept) < len(examples)
+
+
+@pytest.mark.integration
+def test_judged_lm_profile_runs_the_verifier_judge_and_critic(monkeypatch):
+    """The full profile's testbed, shrunk (2 items per family, 2-step models, 2 new tokens): every judge call
+    and every critic verdict goes through the verifier's score, on SmolLM2 and tiny-LM channels."""
+    from neurips26.claims.channel_router import lm_testbed
+    from neurips26.claims.channel_router.lm_testbed import VerifierJudge
+
+    assert CLAIM.configs["full"]["testbed"] == "lm" and CLAIM.configs["full"]["n_per_family"] * 4 >= 600
+    calls = []
+    real = VerifierJudge.score
+
+    def spy(self, task, answer):
+        calls.append((task.prompt, answer))
+        return real(self, task, answer)
+
+    monkeypatch.setattr(VerifierJudge, "score", spy)
+    critics = []
+    real_critic = lm_testbed.verifier_critic
+
+    def critic_spy(verifier, cost, threshold):
+        critics.append((verifier, threshold))
+        return real_critic(verifier, cost, threshold)
+
+    monkeypatch.setattr(lm_testbed, "verifier_critic", critic_spy)
+    cfg = {
+        **CLAIM.configs["full"],
+        "n_per_family": 4,
+        "pool": 2,
+        "max_new_tokens": 2,
+        "batch_size": 8,
+        "tiny_steps": 2,
+        "tiny_examples": 60,
+        "tiny_hidden": 32,
+        "verifier_steps": 2,
+        "verifier_examples": 60,
+        "verifier_hidden": 32,
+        "k_grid": [1, 2],
+        "k": 2,
+        "latency_queries": 2,
+        "mc_draws": 2000,
+    }
+    result = CLAIM.run(cfg, 0)
+    # one critic, built on the verifier with the declared threshold; the judge's scores come from it too
+    assert len(critics) == 1 and isinstance(critics[0][0], VerifierJudge) and critics[0][1] == 0.5
+    assert len(calls) > 0 and result.info["judge_pairs"] > 0
+    auroc = result.metrics["judge_auroc"]["testbed"]
+    assert math.isnan(auroc) or 0.0 <= auroc <= 1.0  # nan only when a tiny pool holds no right answer
+    assert set(result.info["pool_prompts"]) == {"smol_t02", "smol_t08", "tiny"}

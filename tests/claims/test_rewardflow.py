@@ -22,14 +22,15 @@ def test_full_profile_runs_textworld_and_a_tiny_textworld_seed_runs_end_to_end()
     import math
 
     from neurips26.claims import rewardflow
+    from neurips26.testbeds.agent_games import SMOKE, SMOKE_MODEL
 
     full, quick = CLAIM.configs["full"], CLAIM.configs["quick"]
     assert full["env"] == "textworld" and quick.get("env", "keydoor") == "keydoor"
     cfg = {
         **full,
-        **rewardflow.SMOKE,
+        **SMOKE,
         "textworld": {**full["textworld"], "n_train": 4, "n_test": 1, "games_seed": 0, "max_steps": 4},
-        "model": {**rewardflow.SMOKE_MODEL, "max_position_embeddings": 128},
+        "model": {**SMOKE_MODEL, "max_position_embeddings": 128},
         "env_step_budget": 12,
         "measure_ray": False,
         "throughput": {"episodes_per_task": 1, "steps": 2},

@@ -1,6 +1,6 @@
 """Claim check for AEM (adaptive entropy modulation of advantages) on KeyDoorGrid and TextWorld games.
 
-Protocol (per seed): the KeyDoorGrid protocol of :mod:`neurips26.claims.rewardflow` (64 training and
+Protocol (per seed): the KeyDoorGrid protocol of :mod:`neurips26.testbeds.agent_games` (64 training and
 64 held-out layouts, behaviour-cloned tiny Llama start shared by every arm and reported as ``bc``,
 step-level PPO-clip with identical environment-step budgets and task schedules), with actions
 phrased as 2-3-token commands (``go north`` ... ``pick up key``) so that response-level surprisal
@@ -40,22 +40,22 @@ import torch
 
 from neurips26.claims.base import AtLeast, AtMost, Better, Claim, Headline, SeedResult
 from neurips26.claims.plotting import pyplot, save_figure
-from neurips26.claims.rewardflow import (
-    COMMON,
+from neurips26.common.models import count_parameters
+from neurips26.rl.aem import AEMConfig, aem_advantages, bandit_entropy_check, response_surprisal
+from neurips26.testbeds.agent_games import (
     EVAL_ITEMS,
     EVAL_METRICS,
     HELDOUT_ITEMS,
+    KEYDOOR,
     QUICK_EVAL,
     SMOKE,
     TEXTWORLD,
     TW_BUDGET,
-    _arm_jobs,
-    _evaluate,
+    evaluate_policy,
     run_arm,
+    run_jobs,
     setup_env,
 )
-from neurips26.common.models import count_parameters
-from neurips26.rl.aem import AEMConfig, aem_advantages, bandit_entropy_check, response_surprisal
 
 METHOD = "grpo_aem"
 BASELINES = ("grpo", "gigpo")
@@ -106,10 +106,10 @@ def _run(config: dict[str, Any], seed: int) -> SeedResult:
     neg = bandit_entropy_check(config["bandit_draws"], frac_positive=0.2, seed=seed)
     posb = bandit_entropy_check(config["bandit_draws"], frac_positive=0.8, seed=seed + 1000)
     setup = setup_env(config, seed)
-    bc_eval = _evaluate(setup["bc"], setup, config, seed)
+    bc_eval = evaluate_policy(setup["bc"], setup, config, seed)
     arms = config["arms"]
     jobs = [lambda arm=arm: _arm(arm, setup, config, seed) for arm in arms]
-    results = dict(zip(arms, _arm_jobs(jobs, config.get("workers", 1), config["threads"])))
+    results = dict(zip(arms, run_jobs(jobs, config.get("workers", 1), config["threads"])))
     metrics: dict[str, dict[str, float]] = {k: {"bc": bc_eval[k]} for k in EVAL_METRICS}
     metrics.update({k: {} for k in ("curve_area", "mean_entropy", "final_entropy", "drift_sign_agreement")})
     metrics["bandit_sign_agreement"] = {METHOD: (neg["sign_agreement"] + posb["sign_agreement"]) / 2}
@@ -176,7 +176,7 @@ def plot(result: dict[str, Any], folder: Path) -> list[Path]:
     return paths
 
 
-_COMMON = {**COMMON, "phrasing": "phrase", "arms": ARMS, "bandit_draws": 200}
+_COMMON = {**KEYDOOR, "phrasing": "phrase", "arms": ARMS, "bandit_draws": 200}
 BC_BAND = (0.05, 0.8)
 GRPO_GAIN = 0.05
 QUICK_BUDGET = 2_000
