@@ -203,7 +203,7 @@ def test_tiny_lm_answer_logprob_batched_equals_one_by_one(tmp_path, monkeypatch)
 
 @pytest.mark.integration
 def test_judged_lm_profile_runs_the_verifier_judge_and_critic(monkeypatch):
-    """The full profile's testbed, shrunk (2 items per family, 2-step models, 2 new tokens): every judge call
+    """The full profile's testbed, shrunk (2 items per family, 2-step models, 1 new token): every judge call
     and every critic verdict goes through the verifier's score, on SmolLM2 and tiny-LM channels."""
     from neurips26.claims.channel_router import lm_testbed
     from neurips26.claims.channel_router.lm_testbed import VerifierJudge
@@ -227,9 +227,9 @@ def test_judged_lm_profile_runs_the_verifier_judge_and_critic(monkeypatch):
     monkeypatch.setattr(lm_testbed, "verifier_critic", critic_spy)
     cfg = {
         **CLAIM.configs["full"],
-        "n_per_family": 4,
-        "pool": 2,
-        "max_new_tokens": 2,
+        "n_per_family": 2,
+        "pool": 5,
+        "max_new_tokens": 1,
         "batch_size": 8,
         "tiny_steps": 2,
         "tiny_examples": 60,
@@ -238,7 +238,7 @@ def test_judged_lm_profile_runs_the_verifier_judge_and_critic(monkeypatch):
         "verifier_examples": 60,
         "verifier_hidden": 32,
         "k_grid": [1, 2],
-        "k": 2,
+        "k": 1,
         "latency_queries": 2,
         "mc_draws": 2000,
     }
@@ -249,3 +249,5 @@ def test_judged_lm_profile_runs_the_verifier_judge_and_critic(monkeypatch):
     auroc = result.metrics["judge_auroc"]["testbed"]
     assert math.isnan(auroc) or 0.0 <= auroc <= 1.0  # nan only when a tiny pool holds no right answer
     assert set(result.info["pool_prompts"]) == {"smol_t02", "smol_t08", "tiny"}
+    # the pools cover every arm: nothing is generated live
+    assert result.info["live_generations"] == {"smol_t02": 0, "smol_t08": 0, "tiny": 0}
