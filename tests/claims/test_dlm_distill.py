@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from neurips26.claims import dlm_distill as claim
-from neurips26.claims.dlm_distill import (
+from neurips26.claims.dlm_distill import CLAIM
+from neurips26.testbeds.text_diffusion import (
     ALPHABET,
-    CLAIM,
     MASK_ID,
     VOCAB,
     CharKneserNey,

@@ -25,6 +25,7 @@ from torch import nn
 from neurips26.claims.base import AtLeast, AtMost, Better, Claim, Headline, SeedResult
 from neurips26.claims.plotting import pyplot, save_figure
 from neurips26.nn.ancre import ANCReConnector, ANCReSequential, parameter_overhead, uniform_dense_connector
+from neurips26.testbeds.residual_mlp import ConnectedResMLP
 
 METHOD = "ancre"
 BASELINES = ("plain", "uniform_dense")
@@ -115,36 +116,12 @@ def _e1(arm: str, config: dict, seed: int) -> dict[str, Any]:
 
 
 # ----------------------------------------------------------------------------- E2
-class _Block(nn.Module):
-    def __init__(self, width: int, hidden: int) -> None:
-        super().__init__()
-        self.net = nn.Sequential(
-            nn.LayerNorm(width), nn.Linear(width, hidden), nn.GELU(), nn.Linear(hidden, width)
-        )
-
-    def forward(self, h):
-        return self.net(h)
-
-
-class _ResNet(nn.Module):
-    def __init__(self, arm: str, config: dict, seed: int) -> None:
-        super().__init__()
-        w, k = config["e2_width"], config["e2_blocks"]
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            self.stem = nn.Linear(64, w)
-            blocks = [_Block(w, config["e2_hidden"]) for _ in range(k)]
-            self.norm = nn.LayerNorm(w)
-            self.head = nn.Linear(w, 10)
-        self.body = ANCReSequential(blocks, _connector(arm, k, config))
-
-    def forward(self, x):
-        return self.head(self.norm(self.body(self.stem(x))))
-
-
 def _e2(arm: str, config: dict, seed: int, data) -> dict[str, Any]:
     xtr, ytr, xte, yte = data
-    model = _ResNet(arm, config, seed)
+    k = config["e2_blocks"]
+    model = ConnectedResMLP(
+        _connector(arm, k, config), width=config["e2_width"], hidden=config["e2_hidden"], blocks=k, seed=seed
+    )
     pred_w0 = _pred_weight_min(model.body.connector)
     with torch.no_grad():
         init_loss = float(nn.functional.cross_entropy(model(xtr), ytr))

@@ -6,4 +6,8 @@ components, never :mod:`neurips26.claims`; claims import testbeds, so no claim i
 
 - :mod:`neurips26.testbeds.agent_games`: KeyDoorGrid and TextWorld games, a behaviour-cloned tiny-Llama start
   and step-level PPO arms (the RewardFlow and AEM claims).
+- :mod:`neurips26.testbeds.residual_mlp`: a residual MLP classifier wired by a pluggable connector (the ANCRe
+  claim's digits experiment).
+- :mod:`neurips26.testbeds.text_diffusion`: KJV character text, a Kneser-Ney evaluator and a bidirectional
+  transformer denoiser for masked-diffusion LMs (the DLM-Distill claim).
 """
