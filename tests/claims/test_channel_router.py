@@ -199,6 +199,10 @@ def test_tiny_lm_answer_logprob_batched_equals_one_by_one(tmp_path, monkeypatch)
         lm.tok.decode(e["input_ids"], skip_special_tokens=True).split("=")[0] for e in lm._examples(cfg)()
     ]
     assert first not in kept and len(kept) < len(examples)
+    with pytest.raises(TypeError, match="pairs"):
+        lm.answer_logprob([("1+2", 3)])
+    with pytest.raises(ValueError, match="batch_size"):
+        lm.answer_logprob(pairs, batch_size=0)
 
 
 @pytest.mark.integration
@@ -251,3 +255,21 @@ def test_judged_lm_profile_runs_the_verifier_judge_and_critic(monkeypatch):
     assert set(result.info["pool_prompts"]) == {"smol_t02", "smol_t08", "tiny"}
     # the pools cover every arm: nothing is generated live
     assert result.info["live_generations"] == {"smol_t02": 0, "smol_t08": 0, "tiny": 0}
+
+
+def test_testbed_helpers_reject_bad_input():
+    from neurips26.claims.channel_router.lm_testbed import VerifierJudge, judge_auroc, verifier_critic
+
+    with pytest.raises(ValueError, match="one length"):
+        judge_auroc([0.1, 0.2], [True])
+    with pytest.raises(ValueError, match="finite"):
+        judge_auroc([0.1, float("nan")], [True, False])
+    with pytest.raises(ValueError, match="labels"):
+        judge_auroc([0.1, 0.2], [2, 0])
+    with pytest.raises(TypeError, match="answer_logprob"):
+        VerifierJudge(object())
+    judge = VerifierJudge(_FakeVerifierLM())
+    with pytest.raises(TypeError, match="VerifierJudge"):
+        verifier_critic(object(), cost=1.0, threshold=0.5)
+    with pytest.raises(ValueError, match="threshold"):
+        verifier_critic(judge, cost=1.0, threshold=1.5)

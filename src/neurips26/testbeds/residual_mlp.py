@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from neurips26.common.checks import check_int
 from neurips26.nn.ancre import ANCReConnector, ANCReSequential
 
 
@@ -23,6 +24,8 @@ class MLPBlock(nn.Module):
     """Pre-norm two-layer MLP block ``LN -> Linear(width, hidden) -> GELU -> Linear(hidden, width)``."""
 
     def __init__(self, width: int, hidden: int) -> None:
+        check_int("width", width, low=1)
+        check_int("hidden", hidden, low=1)
         super().__init__()
         self.net = nn.Sequential(
             nn.LayerNorm(width), nn.Linear(width, hidden), nn.GELU(), nn.Linear(hidden, width)
@@ -50,6 +53,13 @@ class ConnectedResMLP(nn.Module):
         in_features: int = 64,
         classes: int = 10,
     ) -> None:
+        if not isinstance(connector, ANCReConnector):
+            raise TypeError(f"connector must be an ANCReConnector, got {type(connector).__name__}")
+        for name, value in (("width", width), ("hidden", hidden), ("blocks", blocks)):
+            check_int(name, value, low=1)
+        check_int("in_features", in_features, low=1)
+        check_int("classes", classes, low=1)
+        check_int("seed", seed, low=0)
         super().__init__()
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)

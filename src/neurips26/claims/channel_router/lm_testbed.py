@@ -33,6 +33,7 @@ from neurips26.agents.channel_router import (
     Task,
     normalize_answer,
 )
+from neurips26.common.checks import check_int, check_probability
 
 _LM_SUFFIX = "\nReply with the final answer only."
 _OPT = re.compile(r"([A-D])\)\s*(-?\d+)")
@@ -286,6 +287,10 @@ class TinyArithmeticLM:
         row ``b`` averages the answer tokens' log-probabilities (prompt and padding masked out).
         """
         torch = self._torch
+        check_int("batch_size", batch_size, low=1)
+        for pair in pairs:
+            if not (isinstance(pair, tuple) and len(pair) == 2 and all(isinstance(x, str) for x in pair)):
+                raise TypeError(f"pairs must hold (expression, answer) string tuples, got {pair!r}")
         out: list[float] = []
         self.tok.padding_side = "right"
         for start in range(0, len(pairs), batch_size):
@@ -319,6 +324,10 @@ class VerifierJudge:
     """
 
     def __init__(self, lm: TinyArithmeticLM):
+        if not callable(getattr(lm, "answer_logprob", None)):
+            raise TypeError(
+                f"lm must have answer_logprob(pairs) (a TinyArithmeticLM), got {type(lm).__name__}"
+            )
         self.lm = lm
         self.memo: dict[tuple[str, str], float] = {}
         self.calls = 0
@@ -347,7 +356,14 @@ class VerifierJudge:
 def judge_auroc(scores: Sequence[float], labels: Sequence[bool]) -> float:
     """Area under the ROC curve of ``scores`` for ``labels`` (Mann-Whitney, ties count one half); NaN if one
     class is empty."""
-    s, y = np.asarray(scores, dtype=float), np.asarray(labels, dtype=bool)
+    s, y = np.asarray(scores, dtype=float), np.asarray(labels)
+    if s.ndim != 1 or y.shape != s.shape:
+        raise ValueError(f"scores and labels must be 1-D of one length, got shapes {s.shape} and {y.shape}")
+    if not np.isfinite(s).all():
+        raise ValueError("scores must be finite")
+    if y.size and y.dtype != bool and not np.isin(y, (0, 1)).all():
+        raise ValueError("labels must be booleans (or 0/1)")
+    y = y.astype(bool)
     pos, neg = s[y], s[~y]
     if len(pos) == 0 or len(neg) == 0:
         return math.nan
@@ -361,6 +377,9 @@ def _lm_judge(verifier: VerifierJudge, cost: float) -> Judge:
 
 def verifier_critic(verifier: VerifierJudge, cost: float, threshold: float) -> Critic:
     """Reject an answer the verifier scores below ``threshold``; the hint names the answer, never the truth."""
+    if not isinstance(verifier, VerifierJudge):
+        raise TypeError(f"verifier must be a VerifierJudge, got {type(verifier).__name__}")
+    threshold = check_probability("threshold", threshold)
 
     def critique(task: Task, answer: str) -> str | None:
         if verifier.score(task, answer) >= threshold:
